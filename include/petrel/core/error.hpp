@@ -1,0 +1,117 @@
+// Petrel: error codes.
+#pragma once
+
+#include <string>
+#include <system_error>
+#include <type_traits>
+
+namespace petrel {
+
+/// Errors reported by Petrel, as `std::error_code` values in `petrel::error_category()`.
+///
+/// Every failure of an operation completes it with one of these (or a system error
+/// from the network). Messages say what happened and what to do about it.
+enum class errc : int {
+    // Wire format: a peer sent something that is not a valid Petrel frame.
+    bad_magic = 1,
+    unsupported_version,
+    header_too_large,
+    frame_too_large,
+    malformed_header,
+    segment_size_mismatch,
+    keys_not_sorted,
+    key_out_of_range,
+    value_count_mismatch,
+    bad_message_kind,
+    // Requests a server cannot apply.
+    value_type_mismatch,
+    key_type_mismatch,
+    width_mismatch,
+    // Operations that did not complete.
+    connection_closed,
+    timed_out,
+    shut_down,
+    no_server_for_key,
+    invalid_argument,
+    remote_error,
+};
+
+namespace detail {
+
+class error_category_impl final : public std::error_category {
+public:
+    const char* name() const noexcept override { return "petrel"; }
+
+    std::string message(int ev) const override {
+        switch (static_cast<errc>(ev)) {
+        case errc::bad_magic:
+            return "frame does not start with Petrel's magic number: the peer is not a Petrel "
+                   "node or the stream lost sync; the connection is closed";
+        case errc::unsupported_version:
+            return "peer speaks another Petrel protocol version: run the same Petrel version on "
+                   "every node";
+        case errc::header_too_large:
+            return "message header exceeds the configured limit (wire_limits::max_header_bytes); "
+                   "the connection is closed";
+        case errc::frame_too_large:
+            return "frame exceeds the configured maximum size (wire_limits::max_frame_bytes): "
+                   "raise the limit on the receiver or send smaller messages";
+        case errc::malformed_header:
+            return "message header could not be decoded: the peer sent corrupt data";
+        case errc::segment_size_mismatch:
+            return "payload segment sizes do not match the header's key count, value type and "
+                   "width";
+        case errc::keys_not_sorted:
+            return "keys must be sorted in increasing order and unique: sort and deduplicate "
+                   "them before the call";
+        case errc::key_out_of_range:
+            return "a key lies outside the key range of the message or of the server that owns "
+                   "it";
+        case errc::value_count_mismatch:
+            return "the number of values does not equal keys x width: pass one row of `width` "
+                   "values per key";
+        case errc::bad_message_kind:
+            return "unknown or unexpected message kind";
+        case errc::value_type_mismatch:
+            return "value type differs from the table's value type on the server: use one value "
+                   "type per table id";
+        case errc::key_type_mismatch:
+            return "key type differs from the table's key type on the server: use one key type "
+                   "per table id";
+        case errc::width_mismatch:
+            return "values per key differ from the table's width on the server: use one width "
+                   "per table id";
+        case errc::connection_closed:
+            return "the connection to the peer closed before the operation completed";
+        case errc::timed_out:
+            return "the operation did not complete before its deadline: the peer may be "
+                   "overloaded, unreachable or dead (see the request timeout option)";
+        case errc::shut_down:
+            return "the node was shut down before the operation completed";
+        case errc::no_server_for_key:
+            return "no server owns one of the keys: the configured server ranges do not cover it";
+        case errc::invalid_argument:
+            return "invalid argument";
+        case errc::remote_error:
+            return "the server reported an error it could not name";
+        }
+        return "unknown petrel error " + std::to_string(ev);
+    }
+};
+
+} // namespace detail
+
+/// The category of Petrel's error codes; its name is "petrel".
+inline const std::error_category& error_category() noexcept {
+    static const detail::error_category_impl instance;
+    return instance;
+}
+
+inline std::error_code make_error_code(errc e) noexcept {
+    return {static_cast<int>(e), error_category()};
+}
+
+} // namespace petrel
+
+template <>
+struct std::is_error_code_enum<petrel::errc> : std::true_type {};

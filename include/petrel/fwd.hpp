@@ -1,0 +1,46 @@
+// Petrel: forward declarations of the public types. Includes only the key concept, so
+// headers that merely name Petrel's types stay cheap to compile.
+#pragma once
+
+#include <petrel/core/key.hpp>
+
+#include <cstdint>
+
+namespace petrel {
+
+template <key Key>
+struct key_range;
+template <key Key>
+class vector_clock;
+template <key Key, typename Value>
+class kv_pairs;
+template <key Key>
+struct server_route;
+template <key Key>
+struct kv_store_options;
+template <key Key, typename Value>
+class kv_store;
+
+class shared_bytes;
+class pooled_buffer;
+class buffer_pool;
+class connection;
+struct connection_handlers;
+struct transport_options;
+class any_transport;
+class tcp_transport;
+class inproc_transport;
+class inproc_hub;
+struct server_options;
+class server_node;
+
+enum class errc : int;
+
+namespace wire {
+struct message_header;
+struct message;
+struct wire_limits;
+class frame_decoder;
+} // namespace wire
+
+} // namespace petrel
