@@ -1,0 +1,399 @@
+// Petrel: frames on a byte stream: encoding, decoding and validation.
+#pragma once
+
+#include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/error.hpp>
+#include <petrel/wire/detail/streambuf.hpp>
+#include <petrel/wire/header.hpp>
+#include <petrel/wire/message.hpp>
+
+#include <cereal/archives/binary.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <istream>
+#include <ostream>
+#include <span>
+#include <system_error>
+#include <vector>
+
+namespace petrel::wire {
+
+/// Limits a receiver enforces before it allocates anything for a frame.
+struct wire_limits {
+    /// Largest payload (all segments, padding included) accepted in one frame.
+    std::uint64_t max_frame_bytes = std::uint64_t{1} << 30;
+    /// Largest serialized header accepted.
+    std::uint32_t max_header_bytes = 64 * 1024;
+};
+
+/// A frame is `prefix | header | segment 0 | pad | segment 1 | pad | segment 2 | pad`.
+/// The 12-byte prefix holds the header's length (u32) and the payload's length (u64),
+/// little-endian. Each segment is padded with zeros to a multiple of 8 bytes, so that
+/// every segment of a received payload is aligned for its scalar type.
+inline constexpr std::size_t prefix_bytes = 12;
+inline constexpr std::size_t segment_alignment = 8;
+
+[[nodiscard]] constexpr std::uint64_t padded(std::uint64_t n) noexcept {
+    return (n + segment_alignment - 1) & ~std::uint64_t{segment_alignment - 1};
+}
+
+/// Zero bytes for segment padding.
+inline constexpr std::array<std::byte, segment_alignment> padding_bytes{};
+
+struct frame_prefix {
+    std::uint32_t header_bytes = 0;
+    std::uint64_t payload_bytes = 0;
+};
+
+/// Payload bytes of a frame carrying `h`: its segments, each padded.
+[[nodiscard]] inline std::uint64_t framed_payload_bytes(const message_header& h) noexcept {
+    std::uint64_t n = 0;
+    for (auto s : h.segment_bytes) {
+        n += padded(s);
+    }
+    return n;
+}
+
+/// Writes the prefix and the serialized header of `m` into `out` (replacing its
+/// contents). The segments follow on the wire as they are, each padded.
+inline void encode_head(const message& m, std::vector<std::byte>& out) {
+    out.resize(prefix_bytes);
+    {
+        detail::vector_sink sink(out);
+        std::ostream os(&sink);
+        cereal::BinaryOutputArchive ar(os);
+        ar(m.header);
+    }
+    const auto header_bytes = static_cast<std::uint32_t>(out.size() - prefix_bytes);
+    const std::uint64_t payload = framed_payload_bytes(m.header);
+    std::memcpy(out.data(), &header_bytes, 4);
+    std::memcpy(out.data() + 4, &payload, 8);
+}
+
+/// Checks a prefix against the limits.
+[[nodiscard]] inline std::error_code parse_prefix(std::span<const std::byte, prefix_bytes> bytes,
+                                                  const wire_limits& limits, frame_prefix& out) {
+    std::memcpy(&out.header_bytes, bytes.data(), 4);
+    std::memcpy(&out.payload_bytes, bytes.data() + 4, 8);
+    if (out.header_bytes > limits.max_header_bytes) {
+        return errc::header_too_large;
+    }
+    if (out.header_bytes < 6) {
+        return errc::malformed_header;
+    }
+    if (out.payload_bytes > limits.max_frame_bytes) {
+        return errc::frame_too_large;
+    }
+    return {};
+}
+
+/// Deserializes a header from exactly `bytes`; checks magic and version first.
+[[nodiscard]] inline std::error_code decode_header(std::span<const std::byte> bytes,
+                                                   message_header& out) {
+    try {
+        detail::span_source src(bytes);
+        std::istream is(&src);
+        cereal::BinaryInputArchive ar(is);
+        ar(out);
+        if (out.magic != wire::magic) {
+            return errc::bad_magic;
+        }
+        if (out.version != protocol_version) {
+            return errc::unsupported_version;
+        }
+        if (!src.at_end()) {
+            return errc::malformed_header;
+        }
+    } catch (const std::exception&) {
+        return errc::malformed_header;
+    }
+    return {};
+}
+
+namespace detail {
+
+[[nodiscard]] inline bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
+    return !__builtin_mul_overflow(a, b, &out);
+}
+
+template <typename Key>
+[[nodiscard]] std::error_code check_keys(const shared_bytes& bytes, std::uint64_t lo,
+                                         std::uint64_t hi) {
+    const auto keys = bytes.as<Key>();
+    if (keys.empty()) {
+        return {};
+    }
+    if (keys.front() < lo || keys.back() >= hi) {
+        return errc::key_out_of_range;
+    }
+    for (std::size_t i = 1; i < keys.size(); ++i) {
+        if (!(keys[i - 1] < keys[i])) {
+            return errc::keys_not_sorted;
+        }
+    }
+    return {};
+}
+
+} // namespace detail
+
+/// Checks that a decoded header is consistent: a known kind, known scalar types, and
+/// segment sizes that match the key count, width and kind and add up to
+/// `payload_bytes`. Allocates nothing.
+[[nodiscard]] inline std::error_code check_header(const message_header& h,
+                                                  std::uint64_t payload_bytes) {
+    if (!is_known(h.kind)) {
+        return errc::bad_message_kind;
+    }
+    const std::size_t ks = size_of(h.key_type);
+    const std::size_t vs = size_of(h.value_type);
+    if ((h.key_type != scalar_type::u32 && h.key_type != scalar_type::u64) ||
+        (h.value_type != scalar_type::f32 && h.value_type != scalar_type::f64)) {
+        return errc::malformed_header;
+    }
+    for (const auto& c : h.clocks) {
+        if (c.begin > c.end) {
+            return errc::malformed_header;
+        }
+    }
+    if (h.range_begin > h.range_end || (h.key_count > 0 && h.range_begin == h.range_end)) {
+        return errc::malformed_header;
+    }
+    std::uint64_t total = 0;
+    for (auto s : h.segment_bytes) {
+        if (s > payload_bytes) {
+            return errc::segment_size_mismatch;
+        }
+        total += padded(s);
+    }
+    if (total != payload_bytes) {
+        return errc::segment_size_mismatch;
+    }
+    const auto keys = h.segment_bytes[keys_segment];
+    const auto values = h.segment_bytes[values_segment];
+    const auto lengths = h.segment_bytes[lengths_segment];
+    std::uint64_t key_bytes = 0;
+    std::uint64_t row_values = 0;
+    std::uint64_t value_bytes = 0;
+    if (!detail::checked_mul(h.key_count, ks, key_bytes) ||
+        !detail::checked_mul(h.key_count, h.width, row_values) ||
+        !detail::checked_mul(row_values, vs, value_bytes)) {
+        return errc::segment_size_mismatch;
+    }
+    const bool failed_reply = is_reply(h.kind) && h.status != 0;
+    if (failed_reply) {
+        return (keys | values | lengths) == 0 ? std::error_code{} : errc::segment_size_mismatch;
+    }
+    if (h.width == 0 && lengths == 0) {
+        return errc::malformed_header;
+    }
+    switch (h.kind) {
+    case message_kind::push:
+        if (keys != key_bytes) {
+            return errc::segment_size_mismatch;
+        }
+        if (lengths == 0) {
+            return values == value_bytes ? std::error_code{} : errc::value_count_mismatch;
+        }
+        if (lengths != h.key_count * 4 || values % vs != 0) {
+            return errc::segment_size_mismatch;
+        }
+        return {};
+    case message_kind::pull:
+        return (keys == key_bytes && values == 0 && lengths == 0) ? std::error_code{}
+                                                                  : errc::segment_size_mismatch;
+    case message_kind::push_reply:
+        return (keys | values | lengths) == 0 ? std::error_code{} : errc::segment_size_mismatch;
+    case message_kind::pull_reply:
+        if (keys != 0 || lengths != 0) {
+            return errc::segment_size_mismatch;
+        }
+        return values == value_bytes ? std::error_code{} : errc::value_count_mismatch;
+    }
+    return errc::bad_message_kind;
+}
+
+/// Checks a whole message whose header passed `check_header`: keys sorted, unique and
+/// inside the stated range; per-key lengths that add up to the values.
+[[nodiscard]] inline std::error_code check_payload(const message& m) {
+    const auto& h = m.header;
+    for (std::size_t i = 0; i < segment_count; ++i) {
+        if (m.segments[i].size() != h.segment_bytes[i]) {
+            return errc::segment_size_mismatch;
+        }
+    }
+    const std::error_code ec =
+        h.key_type == scalar_type::u32
+            ? detail::check_keys<std::uint32_t>(m.keys(), h.range_begin, h.range_end)
+            : detail::check_keys<std::uint64_t>(m.keys(), h.range_begin, h.range_end);
+    if (ec) {
+        return ec;
+    }
+    if (!m.lengths().empty()) {
+        std::uint64_t sum = 0;
+        for (auto len : m.lengths().as<std::uint32_t>()) {
+            sum += len;
+        }
+        std::uint64_t bytes = 0;
+        if (!detail::checked_mul(sum, size_of(h.value_type), bytes) ||
+            bytes != h.segment_bytes[values_segment]) {
+            return errc::value_count_mismatch;
+        }
+    }
+    return {};
+}
+
+/// All checks a receiver makes, for a message that did not come through a decoder
+/// (the in-process transport).
+[[nodiscard]] inline std::error_code validate(const message& m, const wire_limits& limits) {
+    const std::uint64_t payload = framed_payload_bytes(m.header);
+    if (payload > limits.max_frame_bytes) {
+        return errc::frame_too_large;
+    }
+    if (m.header.magic != wire::magic) {
+        return errc::bad_magic;
+    }
+    if (m.header.version != protocol_version) {
+        return errc::unsupported_version;
+    }
+    if (auto ec = check_header(m.header, payload)) {
+        return ec;
+    }
+    return check_payload(m);
+}
+
+/// Cuts a byte stream into validated messages.
+///
+/// Incremental and socket-free: the owner reads into `buffer()` and reports how much
+/// arrived with `consume()`. Small frames are parsed from one staging buffer, several
+/// per read; the payload of a large frame is read straight into a pooled buffer of its
+/// exact size, allocated only after the prefix and the header were checked against
+/// the limits. After an error the decoder stays failed: close the connection.
+///
+/// @par Thread Safety
+/// Not thread safe: one decoder per connection, used by its read loop.
+class frame_decoder {
+public:
+    frame_decoder(wire_limits limits, std::shared_ptr<buffer_pool> pool)
+        : limits_(limits), pool_(std::move(pool)),
+          staging_(std::max<std::size_t>(64 * 1024, prefix_bytes + limits.max_header_bytes)) {}
+
+    /// Where the next bytes from the stream go. Never empty unless the decoder failed.
+    [[nodiscard]] std::span<std::byte> buffer() noexcept {
+        if (failed_) {
+            return {};
+        }
+        if (in_body_) {
+            return body_.span().subspan(body_filled_);
+        }
+        return std::span<std::byte>(staging_).subspan(end_);
+    }
+
+    /// Accounts for `n` bytes just written into `buffer()` and calls
+    /// `on_message(message&&)` for every frame completed. Returns the first error.
+    template <typename OnMessage>
+    std::error_code consume(std::size_t n, OnMessage&& on_message) {
+        if (failed_) {
+            return failed_;
+        }
+        if (in_body_) {
+            body_filled_ += n;
+        } else {
+            end_ += n;
+        }
+        for (;;) {
+            if (in_body_) {
+                if (body_filled_ < body_.size()) {
+                    begin_ = end_ = 0; // every staged byte went into the body
+                    return {};
+                }
+                in_body_ = false;
+                if (auto ec = finish(on_message)) {
+                    return fail(ec);
+                }
+                continue;
+            }
+            const std::size_t avail = end_ - begin_;
+            if (avail < prefix_bytes) {
+                break;
+            }
+            frame_prefix prefix;
+            if (auto ec = parse_prefix(std::span<const std::byte, prefix_bytes>(
+                                           staging_.data() + begin_, prefix_bytes),
+                                       limits_, prefix)) {
+                return fail(ec);
+            }
+            if (avail < prefix_bytes + prefix.header_bytes) {
+                break;
+            }
+            current_ = message{};
+            if (auto ec =
+                    decode_header({staging_.data() + begin_ + prefix_bytes, prefix.header_bytes},
+                                  current_.header)) {
+                return fail(ec);
+            }
+            if (auto ec = check_header(current_.header, prefix.payload_bytes)) {
+                return fail(ec);
+            }
+            begin_ += prefix_bytes + prefix.header_bytes;
+            body_ = prefix.payload_bytes ? pool_->acquire(prefix.payload_bytes) : pooled_buffer{};
+            const std::size_t staged = std::min<std::size_t>(end_ - begin_, prefix.payload_bytes);
+            if (staged) {
+                std::memcpy(body_.data(), staging_.data() + begin_, staged);
+            }
+            begin_ += staged;
+            body_filled_ = staged;
+            in_body_ = true;
+        }
+        // Keep the unparsed tail at the front, so buffer() has room for a whole header.
+        if (begin_ == end_) {
+            begin_ = end_ = 0;
+        } else if (begin_ > 0 && staging_.size() - end_ < prefix_bytes + limits_.max_header_bytes) {
+            std::memmove(staging_.data(), staging_.data() + begin_, end_ - begin_);
+            end_ -= begin_;
+            begin_ = 0;
+        }
+        return {};
+    }
+
+    [[nodiscard]] std::error_code error() const noexcept { return failed_; }
+
+private:
+    template <typename OnMessage>
+    std::error_code finish(OnMessage& on_message) {
+        std::uint64_t offset = 0;
+        for (std::size_t i = 0; i < segment_count; ++i) {
+            const auto n = current_.header.segment_bytes[i];
+            current_.segments[i] = n ? body_.share(offset, n) : shared_bytes{};
+            offset += padded(n);
+        }
+        body_ = {};
+        if (auto ec = check_payload(current_)) {
+            return ec;
+        }
+        on_message(std::move(current_));
+        current_ = message{};
+        return {};
+    }
+
+    std::error_code fail(std::error_code ec) {
+        failed_ = ec;
+        body_ = {};
+        return ec;
+    }
+
+    wire_limits limits_;
+    std::shared_ptr<buffer_pool> pool_;
+    std::vector<std::byte> staging_;
+    std::size_t begin_ = 0;
+    std::size_t end_ = 0;
+    bool in_body_ = false;
+    pooled_buffer body_;
+    std::size_t body_filled_ = 0;
+    message current_;
+    std::error_code failed_;
+};
+
+} // namespace petrel::wire

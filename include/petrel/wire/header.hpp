@@ -1,0 +1,169 @@
+// Petrel: the message header.
+#pragma once
+
+#include <petrel/core/key.hpp>
+
+#include <cereal/archives/binary.hpp>
+
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace petrel::wire {
+
+static_assert(std::endian::native == std::endian::little,
+              "Petrel's wire format is little-endian; big-endian hosts are not supported");
+
+/// "PTRL" read as a little-endian 32-bit number.
+inline constexpr std::uint32_t magic = 0x4C525450;
+/// Bumped on every incompatible change of the header or frame layout.
+inline constexpr std::uint16_t protocol_version = 1;
+/// The most clock entries one header may carry (bounds what a decoder allocates).
+inline constexpr std::uint32_t max_clock_entries = 4096;
+
+/// What a message asks or answers. Numbers are fixed: they are on the wire.
+enum class message_kind : std::uint8_t {
+    push = 1,       ///< worker → server: keys and values to aggregate
+    pull = 2,       ///< worker → server: keys whose values are wanted
+    push_reply = 3, ///< server → worker: the push was applied (or `status` says why not)
+    pull_reply = 4, ///< server → worker: values in the order of the pull's keys
+};
+
+[[nodiscard]] constexpr bool is_known(message_kind k) noexcept {
+    return k >= message_kind::push && k <= message_kind::pull_reply;
+}
+[[nodiscard]] constexpr bool is_reply(message_kind k) noexcept {
+    return k == message_kind::push_reply || k == message_kind::pull_reply;
+}
+
+/// The scalar types of keys and values on the wire.
+enum class scalar_type : std::uint8_t { none = 0, u32 = 1, u64 = 2, f32 = 3, f64 = 4 };
+
+[[nodiscard]] constexpr std::size_t size_of(scalar_type t) noexcept {
+    switch (t) {
+    case scalar_type::u32:
+    case scalar_type::f32:
+        return 4;
+    case scalar_type::u64:
+    case scalar_type::f64:
+        return 8;
+    case scalar_type::none:
+        return 0;
+    }
+    return 0;
+}
+
+template <typename T>
+inline constexpr scalar_type scalar_type_of = scalar_type::none;
+template <>
+inline constexpr scalar_type scalar_type_of<std::uint32_t> = scalar_type::u32;
+template <>
+inline constexpr scalar_type scalar_type_of<std::uint64_t> = scalar_type::u64;
+template <>
+inline constexpr scalar_type scalar_type_of<float> = scalar_type::f32;
+template <>
+inline constexpr scalar_type scalar_type_of<double> = scalar_type::f64;
+
+/// Value types a table may hold.
+template <typename T>
+concept wire_value = std::same_as<T, float> || std::same_as<T, double>;
+
+/// Key types that have a wire encoding.
+template <typename T>
+concept wire_key = key<T> &&(std::same_as<T, std::uint32_t> || std::same_as<T, std::uint64_t>);
+
+/// One worker's clock on one key range.
+struct clock_entry {
+    std::uint64_t begin = 0;
+    std::uint64_t end = 0;
+    std::uint32_t worker = 0;
+    std::uint64_t clock = 0;
+
+    friend bool operator==(const clock_entry&, const clock_entry&) = default;
+
+    template <class Archive>
+    void serialize(Archive& ar) {
+        ar(begin, end, worker, clock);
+    }
+};
+
+/// Index of each payload segment in `message_header::segment_bytes`.
+enum segment : std::size_t { keys_segment = 0, values_segment = 1, lengths_segment = 2 };
+inline constexpr std::size_t segment_count = 3;
+
+/// The header of every message, serialized with Cereal's binary archive.
+///
+/// The payload (keys, values, optional per-key lengths) follows as raw bytes whose sizes
+/// are in `segment_bytes`; see `frame.hpp` for the frame layout and validation.
+struct message_header {
+    std::uint32_t magic = wire::magic;
+    std::uint16_t version = protocol_version;
+    message_kind kind = message_kind::push;
+    std::uint8_t flags = 0;
+    std::uint32_t sender = 0;
+    std::uint32_t receiver = 0;
+    std::uint64_t request_id = 0;
+    std::uint32_t table_id = 0;
+    scalar_type key_type = scalar_type::u64;
+    scalar_type value_type = scalar_type::f32;
+    /// Values per key (1 for scalars, the row length for embeddings).
+    std::uint32_t width = 1;
+    /// On replies: a `petrel::errc` value, 0 when the request succeeded.
+    std::uint32_t status = 0;
+    /// Every key of the message lies in `[range_begin, range_end)`.
+    std::uint64_t range_begin = 0;
+    std::uint64_t range_end = 0;
+    std::uint64_t key_count = 0;
+    std::vector<clock_entry> clocks;
+    std::array<std::uint64_t, segment_count> segment_bytes{};
+
+    friend bool operator==(const message_header&, const message_header&) = default;
+
+    template <class Archive>
+    void save(Archive& ar) const {
+        ar(magic, version, kind, flags, sender, receiver, request_id, table_id, key_type,
+           value_type, width, status, range_begin, range_end, key_count);
+        const auto n = static_cast<std::uint32_t>(clocks.size());
+        ar(n);
+        for (const auto& c : clocks) {
+            ar(c);
+        }
+        for (auto s : segment_bytes) {
+            ar(s);
+        }
+    }
+
+    /// Reads magic and version first and stops at the first mismatch, and never
+    /// allocates more than `max_clock_entries` entries, whatever the bytes say.
+    template <class Archive>
+    void load(Archive& ar) {
+        ar(magic);
+        if (magic != wire::magic) {
+            return;
+        }
+        ar(version);
+        if (version != protocol_version) {
+            return;
+        }
+        ar(kind, flags, sender, receiver, request_id, table_id, key_type, value_type, width, status,
+           range_begin, range_end, key_count);
+        std::uint32_t n = 0;
+        ar(n);
+        if (n > max_clock_entries) {
+            throw std::length_error("too many clock entries");
+        }
+        clocks.resize(n);
+        for (auto& c : clocks) {
+            ar(c);
+        }
+        for (auto& s : segment_bytes) {
+            ar(s);
+        }
+    }
+};
+
+} // namespace petrel::wire

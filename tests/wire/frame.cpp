@@ -1,0 +1,266 @@
+#include <petrel/wire/frame.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+using namespace petrel;
+using namespace petrel::wire;
+
+namespace {
+
+std::vector<std::byte> bytes_of(const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    return {b, b + n};
+}
+
+/// A push of `n` u64 keys 0, 2, 4, ... with `width` floats each.
+message make_push(std::size_t n, std::uint32_t width) {
+    std::vector<std::uint64_t> keys(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        keys[i] = 2 * i;
+    }
+    std::vector<float> values(n * width);
+    std::iota(values.begin(), values.end(), 0.0f);
+    message m;
+    m.header.kind = message_kind::push;
+    m.header.request_id = 42;
+    m.header.table_id = 3;
+    m.header.width = width;
+    m.header.key_count = n;
+    m.header.range_begin = 0;
+    m.header.range_end = 2 * n + 1;
+    m.header.clocks = {{0, 10, 1, 7}, {10, 20, 2, 9}};
+    m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    return m;
+}
+
+/// The frame of `m` as one byte string.
+std::vector<std::byte> frame_of(const message& m) {
+    std::vector<std::byte> out;
+    encode_head(m, out);
+    for (const auto& seg : m.segments) {
+        out.insert(out.end(), seg.data(), seg.data() + seg.size());
+        out.resize(out.size() + (padded(seg.size()) - seg.size()));
+    }
+    return out;
+}
+
+struct feed_result {
+    std::vector<message> messages;
+    std::error_code error;
+};
+
+/// Feeds `stream` to a decoder in pieces of at most `chunk` bytes.
+feed_result feed(const std::vector<std::byte>& stream, std::size_t chunk, wire_limits limits = {}) {
+    frame_decoder dec(limits, std::make_shared<buffer_pool>());
+    feed_result r;
+    std::size_t pos = 0;
+    while (pos < stream.size()) {
+        auto buf = dec.buffer();
+        REQUIRE_FALSE(buf.empty());
+        const std::size_t n = std::min({chunk, buf.size(), stream.size() - pos});
+        std::memcpy(buf.data(), stream.data() + pos, n);
+        pos += n;
+        r.error = dec.consume(n, [&](message&& m) { r.messages.push_back(std::move(m)); });
+        if (r.error) {
+            CHECK(dec.buffer().empty());
+            break;
+        }
+    }
+    return r;
+}
+
+} // namespace
+
+TEST_CASE("frame: a message survives encoding and decoding", "[wire]") {
+    const auto m = make_push(100, 3);
+    const auto stream = frame_of(m);
+    for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, stream.size()}) {
+        auto r = feed(stream, chunk);
+        REQUIRE_FALSE(r.error);
+        REQUIRE(r.messages.size() == 1);
+        const auto& got = r.messages[0];
+        CHECK(got.header == m.header);
+        CHECK(bytes_of(got.keys().data(), got.keys().size()) ==
+              bytes_of(m.keys().data(), m.keys().size()));
+        CHECK(bytes_of(got.values().data(), got.values().size()) ==
+              bytes_of(m.values().data(), m.values().size()));
+        CHECK(reinterpret_cast<std::uintptr_t>(got.values().data()) % 8 == 0);
+    }
+}
+
+TEST_CASE("frame: many small frames in one read are all delivered in order", "[wire]") {
+    std::vector<std::byte> stream;
+    for (std::uint64_t i = 0; i < 500; ++i) {
+        auto m = make_push(1 + i % 5, 1);
+        m.header.request_id = i;
+        auto f = frame_of(m);
+        stream.insert(stream.end(), f.begin(), f.end());
+    }
+    auto r = feed(stream, 1 << 20);
+    REQUIRE_FALSE(r.error);
+    REQUIRE(r.messages.size() == 500);
+    for (std::uint64_t i = 0; i < 500; ++i) {
+        CHECK(r.messages[i].header.request_id == i);
+    }
+}
+
+TEST_CASE("frame: a 64 MiB message round-trips", "[wire]") {
+    const std::size_t width = 4096;
+    const std::size_t n = (std::size_t{64} << 20) / (width * sizeof(float));
+    const auto m = make_push(n, width);
+    const auto stream = frame_of(m);
+    auto r = feed(stream, 1 << 20);
+    REQUIRE_FALSE(r.error);
+    REQUIRE(r.messages.size() == 1);
+    const auto got = r.messages[0].values().as<float>();
+    REQUIRE(got.size() == n * width);
+    CHECK(got[0] == 0.0f);
+    CHECK(got[got.size() - 1] == static_cast<float>(got.size() - 1));
+    CHECK(std::memcmp(got.data(), m.values().data(), m.values().size()) == 0);
+}
+
+TEST_CASE("frame: u32 keys with double values stay aligned", "[wire]") {
+    std::vector<std::uint32_t> keys{1, 2, 3};
+    std::vector<double> values{1.5, 2.5, 3.5};
+    message m;
+    m.header.kind = message_kind::push;
+    m.header.key_type = scalar_type::u32;
+    m.header.value_type = scalar_type::f64;
+    m.header.key_count = 3;
+    m.header.range_end = 10;
+    m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    auto r = feed(frame_of(m), 5);
+    REQUIRE_FALSE(r.error);
+    REQUIRE(r.messages.size() == 1);
+    CHECK(reinterpret_cast<std::uintptr_t>(r.messages[0].values().data()) % alignof(double) == 0);
+    CHECK(r.messages[0].values().as<double>()[2] == 3.5);
+}
+
+TEST_CASE("frame: invalid frames are refused with a precise error", "[wire]") {
+    auto good = make_push(4, 2);
+    SECTION("bad magic") {
+        good.header.magic = 0x12345678;
+        CHECK(feed(frame_of(good), 64).error == errc::bad_magic);
+    }
+    SECTION("another protocol version") {
+        good.header.version = protocol_version + 1;
+        CHECK(feed(frame_of(good), 64).error == errc::unsupported_version);
+    }
+    SECTION("unsorted keys") {
+        std::vector<std::uint64_t> keys{0, 4, 2, 6};
+        good.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+        CHECK(feed(frame_of(good), 64).error == errc::keys_not_sorted);
+    }
+    SECTION("duplicate keys") {
+        std::vector<std::uint64_t> keys{0, 2, 2, 6};
+        good.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+        CHECK(feed(frame_of(good), 64).error == errc::keys_not_sorted);
+    }
+    SECTION("key outside the stated range") {
+        good.header.range_end = 5;
+        CHECK(feed(frame_of(good), 64).error == errc::key_out_of_range);
+    }
+    SECTION("values that do not match keys x width") {
+        good.header.width = 3;
+        CHECK(feed(frame_of(good), 64).error == errc::value_count_mismatch);
+    }
+    SECTION("segment sizes that do not add up") {
+        good.header.segment_bytes[keys_segment] += 8;
+        CHECK(feed(frame_of(good), 64).error == errc::segment_size_mismatch);
+    }
+    SECTION("a key count whose byte size overflows") {
+        good.header.key_count = std::uint64_t{1} << 62;
+        good.header.width = 1u << 31;
+        CHECK(feed(frame_of(good), 64).error == errc::segment_size_mismatch);
+    }
+    SECTION("an unknown kind") {
+        good.header.kind = static_cast<message_kind>(77);
+        CHECK(feed(frame_of(good), 64).error == errc::bad_message_kind);
+    }
+    SECTION("a frame over the receiver's limit is refused before its payload is read") {
+        wire_limits small;
+        small.max_frame_bytes = 16;
+        auto stream = frame_of(good);
+        stream.resize(prefix_bytes); // only the prefix arrives
+        CHECK(feed(stream, 64, small).error == errc::frame_too_large);
+    }
+    SECTION("a header over the limit") {
+        auto stream = frame_of(good);
+        const std::uint32_t huge = 1u << 30;
+        std::memcpy(stream.data(), &huge, 4);
+        CHECK(feed(stream, 64).error == errc::header_too_large);
+    }
+    SECTION("too many clock entries") {
+        good.header.clocks.resize(max_clock_entries + 1);
+        wire_limits roomy;
+        roomy.max_header_bytes = 1 << 20; // past the size check, the count check must hold
+        CHECK(feed(frame_of(good), 1 << 20, roomy).error == errc::malformed_header);
+        CHECK(feed(frame_of(good), 1 << 20).error == errc::header_too_large);
+    }
+    SECTION("a header whose declared length cuts it short") {
+        auto stream = frame_of(good);
+        std::uint32_t len = 0;
+        std::memcpy(&len, stream.data(), 4);
+        len -= 3;
+        std::memcpy(stream.data(), &len, 4);
+        CHECK(feed(stream, 64).error);
+    }
+}
+
+TEST_CASE("frame: a truncated frame yields no message and no error yet", "[wire]") {
+    auto stream = frame_of(make_push(10, 1));
+    for (std::size_t cut : {std::size_t{3}, prefix_bytes, prefix_bytes + 5, stream.size() - 1}) {
+        std::vector<std::byte> part(stream.begin(), stream.begin() + static_cast<long>(cut));
+        auto r = feed(part, 1 << 16);
+        CHECK_FALSE(r.error);
+        CHECK(r.messages.empty());
+    }
+}
+
+TEST_CASE("frame: random bytes never crash the decoder or allocate without bound", "[wire]") {
+    std::mt19937_64 rng(12345);
+    wire_limits limits;
+    limits.max_frame_bytes = 1 << 20;
+    const auto good = frame_of(make_push(8, 2));
+    int refused = 0;
+    for (int trial = 0; trial < 3000; ++trial) {
+        std::vector<std::byte> stream;
+        if (trial % 2 == 0) {
+            stream.resize(1 + rng() % 512);
+            for (auto& b : stream) {
+                b = static_cast<std::byte>(rng());
+            }
+        } else {
+            stream = good; // a valid frame with a few bytes flipped
+            for (int flips = 0; flips < 3; ++flips) {
+                stream[rng() % stream.size()] ^= static_cast<std::byte>(1 + rng() % 255);
+            }
+        }
+        auto r = feed(stream, 1 + rng() % 100, limits);
+        if (r.error) {
+            ++refused;
+            CHECK(r.error.category() == petrel::error_category());
+        }
+        for (const auto& m : r.messages) {
+            CHECK_FALSE(check_payload(m)); // anything delivered passed every check
+        }
+    }
+    CHECK(refused > 1000);
+}
+
+TEST_CASE("frame: validate() applies the decoder's checks to a message object", "[wire]") {
+    auto m = make_push(4, 2);
+    CHECK_FALSE(validate(m, {}));
+    wire_limits small;
+    small.max_frame_bytes = 8;
+    CHECK(validate(m, small) == errc::frame_too_large);
+    m.header.range_end = 3;
+    CHECK(validate(m, {}) == errc::key_out_of_range);
+}
