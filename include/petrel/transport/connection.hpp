@@ -1,0 +1,63 @@
+// Petrel: a connection between two nodes, as every transport provides it.
+#pragma once
+
+#include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/log.hpp>
+#include <petrel/wire/frame.hpp>
+#include <petrel/wire/message.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <system_error>
+
+namespace petrel {
+
+/// One end of a message stream between two nodes.
+///
+/// Messages sent on a connection arrive in order or not at all; when a connection
+/// fails or is closed, each end's `on_close` handler runs exactly once and nothing
+/// more is delivered.
+///
+/// @par Thread Safety
+/// `send`, `close`, `is_open` and `remote_address` may be called from any thread.
+class connection {
+public:
+    virtual ~connection() = default;
+
+    /// Queues `m` for sending and returns at once. Messages sent on a closed connection
+    /// are dropped (its `on_close` handler has run or is about to).
+    virtual void send(wire::message m) = 0;
+
+    /// Closes the connection; idempotent. `on_close` runs with `errc::shut_down`.
+    virtual void close() = 0;
+
+    [[nodiscard]] virtual bool is_open() const noexcept = 0;
+
+    /// The peer's address, for messages.
+    [[nodiscard]] virtual std::string remote_address() const = 0;
+};
+
+using connection_ptr = std::shared_ptr<connection>;
+
+/// What a node does with a connection's events. Both run on the transport's executor
+/// (serialized per connection), never concurrently for one connection.
+struct connection_handlers {
+    /// A validated message arrived.
+    std::function<void(const connection_ptr&, wire::message&&)> on_message;
+    /// The connection ended: closed by either side, failed, or closed because the peer
+    /// sent an invalid frame (which the transport also reports to its logger).
+    std::function<void(const connection_ptr&, std::error_code)> on_close;
+};
+
+/// Settings shared by every transport.
+struct transport_options {
+    /// What this node accepts from peers.
+    wire::wire_limits limits{};
+    /// Pool for received payloads and outgoing copies; a new one when empty.
+    std::shared_ptr<buffer_pool> pool{};
+    /// Where connection failures and bad frames are reported.
+    logger log = stderr_logger();
+};
+
+} // namespace petrel

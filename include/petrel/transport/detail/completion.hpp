@@ -1,0 +1,53 @@
+// Petrel: delivering a completion to a handler on its own executor.
+#pragma once
+
+#include <asio/associated_executor.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+
+#include <tuple>
+#include <utility>
+
+namespace petrel::detail {
+
+/// A completion handler together with outstanding work on its associated executor, so
+/// that the executor stays alive until the handler ran there.
+template <typename Handler, typename DefaultExecutor>
+class completion {
+public:
+    using executor_type = asio::associated_executor_t<Handler, DefaultExecutor>;
+
+    completion(Handler handler, const DefaultExecutor& fallback)
+        : work_(asio::get_associated_executor(handler, fallback)), handler_(std::move(handler)) {}
+
+    /// Runs the handler with `args` on its executor: inline when already there.
+    template <typename... Args>
+    void dispatch(Args&&... args) && {
+        auto ex = work_.get_executor();
+        asio::dispatch(ex, [h = std::move(handler_), work = std::move(work_),
+                            a = std::make_tuple(std::forward<Args>(args)...)]() mutable {
+            std::apply(std::move(h), std::move(a));
+        });
+    }
+
+    /// Runs the handler with `args` on its executor, never inline (for completions that
+    /// happen inside the initiating call).
+    template <typename... Args>
+    void post(Args&&... args) && {
+        auto ex = work_.get_executor();
+        asio::post(ex, [h = std::move(handler_), work = std::move(work_),
+                        a = std::make_tuple(std::forward<Args>(args)...)]() mutable {
+            std::apply(std::move(h), std::move(a));
+        });
+    }
+
+private:
+    asio::executor_work_guard<executor_type> work_;
+    Handler handler_;
+};
+
+template <typename Handler, typename DefaultExecutor>
+completion(Handler, const DefaultExecutor&) -> completion<Handler, DefaultExecutor>;
+
+} // namespace petrel::detail

@@ -1,0 +1,187 @@
+#include <petrel/transport/tcp_transport.hpp>
+
+#include "support/cluster.hpp"
+
+#include <asio/connect.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/use_future.hpp>
+#include <asio/write.hpp>
+#include <catch2/catch.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <random>
+#include <thread>
+
+using namespace std::chrono_literals;
+using petrel::test::io_threads;
+using petrel::test::log_capture;
+using key_t64 = std::uint64_t;
+
+namespace {
+
+/// A server node on TCP, a worker that pushed known values to it, and a way to reach it
+/// with raw sockets.
+struct target {
+    io_threads io{2};
+    log_capture log;
+    petrel::server_node server{petrel::tcp_transport(io.executor(), {.log = log.logger()})};
+    std::string address = server.listen("127.0.0.1:0");
+    asio::ip::tcp::endpoint endpoint{
+        asio::ip::make_address("127.0.0.1"),
+        static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))};
+
+    petrel::kv_store<key_t64, float> worker() {
+        petrel::kv_store_options<key_t64> o;
+        o.servers = {{petrel::key_range<key_t64>::all(), address}};
+        o.request_timeout = 20s;
+        return {petrel::tcp_transport(io.executor()), o};
+    }
+
+    /// Sends `bytes` on a fresh raw connection; true when the server then closed it.
+    bool server_closes_after(const std::vector<std::byte>& bytes) {
+        asio::io_context raw;
+        asio::ip::tcp::socket s(raw);
+        s.connect(endpoint);
+        std::error_code ec;
+        asio::write(s, asio::buffer(bytes), ec);
+        s.shutdown(asio::socket_base::shutdown_send, ec);
+        std::array<char, 64> sink{};
+        // The server closes the connection: the read ends with EOF or a reset, not a hang.
+        auto fut = std::async(std::launch::async, [&] {
+            std::error_code rec;
+            while (!rec) {
+                s.read_some(asio::buffer(sink), rec);
+            }
+            return rec;
+        });
+        if (fut.wait_for(10s) != std::future_status::ready) {
+            s.close(ec);
+            fut.wait();
+            return false;
+        }
+        return true;
+    }
+};
+
+/// A frame prefix followed by `extra` bytes of `fill`.
+std::vector<std::byte> prefix(std::uint32_t header, std::uint64_t payload, std::size_t extra = 0,
+                              std::byte fill = std::byte{0}) {
+    std::vector<std::byte> b(petrel::wire::prefix_bytes + extra, fill);
+    std::memcpy(b.data(), &header, 4);
+    std::memcpy(b.data() + 4, &payload, 8);
+    return b;
+}
+
+} // namespace
+
+TEST_CASE("tcp_transport: bad frames close only the sender's connection", "[transport][tcp]") {
+    target t;
+    auto kv = t.worker();
+    std::vector<key_t64> keys{1, 2, 3};
+    kv.push(keys, xt::xtensor<float, 1>{1, 2, 3}, asio::use_future).get();
+
+    SECTION("random bytes") {
+        std::mt19937 rng(7);
+        std::vector<std::byte> junk(4096);
+        for (auto& b : junk) {
+            b = static_cast<std::byte>(rng());
+        }
+        CHECK(t.server_closes_after(junk));
+    }
+    SECTION("a frame claiming 2 GiB of payload is refused before any allocation") {
+        CHECK(t.server_closes_after(prefix(40, std::uint64_t{2} << 30)));
+    }
+    SECTION("a truncated frame followed by end of stream") {
+        CHECK(t.server_closes_after(prefix(40, 100, 10)));
+    }
+    SECTION("a header of garbage") {
+        CHECK(t.server_closes_after(prefix(40, 0, 40, std::byte{0x5a})));
+    }
+    // The server and its data are intact, and other connections keep working.
+    auto got = kv.pull(keys, asio::use_future).get();
+    CHECK((got.values() == xt::xtensor<float, 1>{1, 2, 3}));
+    kv.push(keys, xt::xtensor<float, 1>{1, 1, 1}, asio::use_future).get();
+    CHECK(t.worker().pull(keys, asio::use_future).get().values()(2) == 4.0f);
+}
+
+TEST_CASE("tcp_transport: an invalid frame is reported through the log hook", "[transport][tcp]") {
+    target t;
+    REQUIRE(t.server_closes_after(prefix(40, 0, 40, std::byte{0x5a})));
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (t.log.size() == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    CHECK_THAT(t.log.all(), Catch::Contains("invalid frame"));
+}
+
+TEST_CASE("tcp_transport: listen reports the bound port and refuses bad addresses",
+          "[transport][tcp]") {
+    io_threads io;
+    petrel::tcp_transport t(io.executor());
+    const auto a = t.listen("127.0.0.1:0", {});
+    CHECK(a.rfind("127.0.0.1:", 0) == 0);
+    CHECK(a != "127.0.0.1:0");
+    CHECK_THROWS_AS(t.listen("no-port-here", {}), std::system_error);
+    CHECK_THROWS_AS(t.listen(a, {}), std::system_error); // taken
+}
+
+TEST_CASE("tcp_transport: connect to nothing fails, connect to a listener succeeds",
+          "[transport][tcp]") {
+    io_threads io;
+    petrel::tcp_transport server(io.executor());
+    petrel::tcp_transport client(io.executor());
+    const auto a = server.listen("127.0.0.1:0", {});
+    auto c = client.async_connect(a, {}, asio::use_future).get();
+    REQUIRE(c);
+    CHECK(c->is_open());
+    CHECK_THROWS_AS(client.async_connect("127.0.0.1:1", {}, asio::use_future).get(),
+                    std::system_error);
+    CHECK_THROWS_AS(client.async_connect("bad address", {}, asio::use_future).get(),
+                    std::system_error);
+}
+
+TEST_CASE("tcp_transport: close ends every connection and lets the io_context finish",
+          "[transport][tcp]") {
+    asio::io_context io;
+    std::atomic<int> closed{0};
+    std::atomic<int> received{0};
+    auto server = std::make_unique<petrel::tcp_transport>(io.get_executor());
+    petrel::tcp_transport client(io.get_executor());
+    petrel::connection_handlers h;
+    h.on_close = [&](const petrel::connection_ptr&, std::error_code) { ++closed; };
+    auto server_handlers = h;
+    server_handlers.on_message = [&](const petrel::connection_ptr&, petrel::wire::message&&) {
+        if (++received == 3) { // every connection is established on both ends
+            server->close();
+            client.close();
+        }
+    };
+    const auto a = server->listen("127.0.0.1:0", server_handlers);
+    std::vector<petrel::connection_ptr> conns;
+    for (int i = 0; i < 3; ++i) {
+        client.async_connect(a, h, [&](std::error_code ec, petrel::connection_ptr c) {
+            REQUIRE_FALSE(ec);
+            conns.push_back(c);
+            petrel::wire::message hello;
+            hello.header.kind = petrel::wire::message_kind::pull;
+            c->send(hello);
+        });
+    }
+    std::thread runner([&] { io.run(); });
+    auto done = std::async(std::launch::async, [&] { runner.join(); });
+    const bool finished = done.wait_for(20s) == std::future_status::ready;
+    if (!finished) {
+        io.stop();
+        done.wait();
+    }
+    REQUIRE(finished);
+    CHECK(received == 3);
+    CHECK(closed == 6); // both ends of three connections, once each
+    for (auto& c : conns) {
+        CHECK_FALSE(c->is_open());
+    }
+}
