@@ -1,0 +1,26 @@
+// Petrel: a parameter server for distributed machine learning. The umbrella header.
+#pragma once
+
+#include <petrel/fwd.hpp>
+#include <petrel/version.hpp>
+
+#include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/error.hpp>
+#include <petrel/core/key.hpp>
+#include <petrel/core/key_range.hpp>
+#include <petrel/core/kv_pairs.hpp>
+#include <petrel/core/log.hpp>
+#include <petrel/core/vector_clock.hpp>
+
+#include <petrel/wire/frame.hpp>
+#include <petrel/wire/header.hpp>
+#include <petrel/wire/message.hpp>
+
+#include <petrel/transport/connection.hpp>
+#include <petrel/transport/inproc_transport.hpp>
+#include <petrel/transport/tcp_transport.hpp>
+#include <petrel/transport/transport.hpp>
+
+#include <petrel/server/server_node.hpp>
+
+#include <petrel/kv_store.hpp>

@@ -1,0 +1,114 @@
+// Petrel: a table of rows by key, created on first push.
+#pragma once
+
+#include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/error.hpp>
+#include <petrel/wire/header.hpp>
+#include <petrel/wire/message.hpp>
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+namespace petrel::detail {
+
+/// A table's storage, whatever its key and value types.
+class table_base {
+public:
+    table_base(wire::scalar_type k, wire::scalar_type v, std::uint32_t width)
+        : key_type_(k), value_type_(v), width_(width) {}
+    virtual ~table_base() = default;
+
+    /// Whether a request with this header may touch this table.
+    [[nodiscard]] std::error_code check(const wire::message_header& h) const noexcept {
+        if (h.key_type != key_type_) {
+            return errc::key_type_mismatch;
+        }
+        if (h.value_type != value_type_) {
+            return errc::value_type_mismatch;
+        }
+        if (h.width != width_) {
+            return errc::width_mismatch;
+        }
+        return {};
+    }
+
+    /// Adds the pushed rows (the message passed `check` and wire validation).
+    virtual void add(const wire::message& m) = 0;
+    /// Writes the rows of the pulled keys into `out` (zeros for keys never pushed).
+    virtual void read(const wire::message& m, std::byte* out) const = 0;
+    [[nodiscard]] virtual std::size_t size() const noexcept = 0;
+
+private:
+    wire::scalar_type key_type_;
+    wire::scalar_type value_type_;
+    std::uint32_t width_;
+};
+
+/// Rows of `width` values in one contiguous array, found through a hash index.
+template <typename Key, typename Value>
+class sparse_table final : public table_base {
+public:
+    explicit sparse_table(std::uint32_t width)
+        : table_base(wire::scalar_type_of<Key>, wire::scalar_type_of<Value>, width), width_(width) {
+    }
+
+    void add(const wire::message& m) override {
+        const auto keys = m.keys().as<Key>();
+        const auto values = m.values().as<Value>();
+        index_.reserve(index_.size() + keys.size());
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            const Value* src = values.data() + i * width_;
+            auto [it, inserted] = index_.try_emplace(keys[i], data_.size());
+            if (inserted) {
+                data_.insert(data_.end(), src, src + width_);
+            } else {
+                Value* dst = data_.data() + it->second;
+                for (std::size_t j = 0; j < width_; ++j) {
+                    dst[j] += src[j];
+                }
+            }
+        }
+    }
+
+    void read(const wire::message& m, std::byte* out) const override {
+        const auto keys = m.keys().as<Key>();
+        const std::size_t row_bytes = width_ * sizeof(Value);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            std::byte* dst = out + i * row_bytes;
+            if (auto it = index_.find(keys[i]); it != index_.end()) {
+                std::memcpy(dst, data_.data() + it->second, row_bytes);
+            } else {
+                std::memset(dst, 0, row_bytes);
+            }
+        }
+    }
+
+    [[nodiscard]] std::size_t size() const noexcept override { return index_.size(); }
+
+private:
+    std::size_t width_;
+    std::unordered_map<Key, std::size_t> index_;
+    std::vector<Value> data_;
+};
+
+/// A new empty table for the key and value types named in `h`.
+[[nodiscard]] inline std::unique_ptr<table_base> make_table(const wire::message_header& h) {
+    using wire::scalar_type;
+    const bool k32 = h.key_type == scalar_type::u32;
+    const bool v32 = h.value_type == scalar_type::f32;
+    if (k32) {
+        return v32 ? std::unique_ptr<table_base>(
+                         std::make_unique<sparse_table<std::uint32_t, float>>(h.width))
+                   : std::make_unique<sparse_table<std::uint32_t, double>>(h.width);
+    }
+    return v32 ? std::unique_ptr<table_base>(
+                     std::make_unique<sparse_table<std::uint64_t, float>>(h.width))
+               : std::make_unique<sparse_table<std::uint64_t, double>>(h.width);
+}
+
+} // namespace petrel::detail

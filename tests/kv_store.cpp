@@ -1,0 +1,280 @@
+#include <petrel/kv_store.hpp>
+
+#include "support/cluster.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+#include <catch2/catch.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <numeric>
+#include <vector>
+
+using namespace std::chrono_literals;
+using petrel::test::io_threads;
+using petrel::test::over_inproc;
+using petrel::test::over_tcp;
+using petrel::test::transport_factory;
+using key_t64 = std::uint64_t;
+
+namespace {
+
+template <typename Kind, typename Value = float>
+struct one_server {
+    io_threads io{2};
+    transport_factory<Kind> factory;
+    petrel::server_node server{factory.make(io.executor())};
+    std::string address = server.listen(factory.listen_address());
+
+    petrel::kv_store_options<key_t64> options(std::size_t width = 1) {
+        petrel::kv_store_options<key_t64> o;
+        o.servers = {{petrel::key_range<key_t64>::all(), address}};
+        o.width = width;
+        o.request_timeout = 20s;
+        return o;
+    }
+    petrel::kv_store<key_t64, Value> worker(std::size_t width = 1) {
+        return {factory.make(io.executor()), options(width)};
+    }
+};
+
+} // namespace
+
+TEMPLATE_TEST_CASE("kv_store: push then pull with futures returns the sum", "[kv_store]", over_tcp,
+                   over_inproc) {
+    one_server<TestType> c;
+    auto kv = c.worker();
+    std::vector<key_t64> keys{1, 5, 9, 1000000};
+    xt::xtensor<float, 1> grad = {1.0f, 2.0f, 3.0f, 4.0f};
+    kv.push(keys, grad, asio::use_future).get();
+    kv.push(keys, grad, asio::use_future).get();
+    auto got = kv.pull(keys, asio::use_future).get();
+    REQUIRE(got.size() == 4);
+    CHECK((got.values() == xt::xtensor<float, 1>{2.0f, 4.0f, 6.0f, 8.0f}));
+    CHECK((got.keys() == xt::xtensor<key_t64, 1>{1, 5, 9, 1000000}));
+    CHECK(c.server.key_count(0) == 4);
+}
+
+TEMPLATE_TEST_CASE("kv_store: pull of keys never pushed reads zeros", "[kv_store]", over_tcp,
+                   over_inproc) {
+    one_server<TestType> c;
+    auto kv = c.worker();
+    std::vector<key_t64> keys{3, 4};
+    auto got = kv.pull(keys, asio::use_future).get();
+    CHECK((got.values() == xt::xtensor<float, 1>{0.0f, 0.0f}));
+}
+
+TEMPLATE_TEST_CASE("kv_store: push and pull from a coroutine", "[kv_store]", over_tcp,
+                   over_inproc) {
+    one_server<TestType, double> c;
+    auto kv = c.worker(3);
+    auto task = [&]() -> asio::awaitable<xt::xtensor<double, 2>> {
+        std::vector<key_t64> keys{7, 8};
+        xt::xtensor<double, 2> rows = {{1, 2, 3}, {4, 5, 6}};
+        co_await kv.push(keys, rows, asio::use_awaitable);
+        co_await kv.push(keys, rows * 10.0, asio::use_awaitable);
+        auto got = co_await kv.pull(keys, asio::use_awaitable);
+        co_return xt::xtensor<double, 2>(got.values());
+    };
+    auto fut = asio::co_spawn(c.io.executor(), task(), asio::use_future);
+    CHECK((fut.get() == xt::xtensor<double, 2>{{11, 22, 33}, {44, 55, 66}}));
+}
+
+TEMPLATE_TEST_CASE("kv_store: push and pull with callbacks", "[kv_store]", over_tcp, over_inproc) {
+    one_server<TestType> c;
+    auto kv = c.worker(2);
+    std::vector<key_t64> keys{10, 20, 30};
+    xt::xtensor<float, 2> rows = {{1, 1}, {2, 2}, {3, 3}};
+    std::promise<std::vector<float>> result;
+    kv.push(keys, rows, [&](std::error_code ec) {
+        REQUIRE_FALSE(ec);
+        kv.pull(keys, [&](std::error_code ec2, petrel::kv_pairs<key_t64, float> got) {
+            if (ec2) {
+                result.set_value({});
+                return;
+            }
+            result.set_value({got.value_span().begin(), got.value_span().end()});
+        });
+    });
+    auto fut = result.get_future();
+    REQUIRE(fut.wait_for(20s) == std::future_status::ready);
+    CHECK(fut.get() == std::vector<float>{1, 1, 2, 2, 3, 3});
+}
+
+TEMPLATE_TEST_CASE("kv_store: bad arguments fail the call and send nothing", "[kv_store]", over_tcp,
+                   over_inproc) {
+    one_server<TestType> c;
+    auto kv = c.worker();
+    xt::xtensor<float, 1> two = {1.0f, 2.0f};
+    SECTION("unsorted keys") {
+        std::vector<key_t64> keys{5, 1};
+        auto f = kv.push(keys, two, asio::use_future);
+        CHECK_THROWS_AS(f.get(), std::system_error);
+        auto g = kv.pull(keys, asio::use_future);
+        CHECK_THROWS_AS(g.get(), std::system_error);
+    }
+    SECTION("duplicate keys") {
+        std::vector<key_t64> keys{1, 1};
+        CHECK_THROWS_AS(kv.push(keys, two, asio::use_future).get(), std::system_error);
+    }
+    SECTION("wrong number of values") {
+        std::vector<key_t64> keys{1, 2, 3};
+        std::error_code got;
+        std::promise<void> done;
+        kv.push(keys, two, [&](std::error_code ec) {
+            got = ec;
+            done.set_value();
+        });
+        done.get_future().wait();
+        CHECK(got == petrel::errc::value_count_mismatch);
+    }
+    CHECK(c.server.key_count(0) == 0);
+}
+
+TEMPLATE_TEST_CASE("kv_store: a table's value type and width are enforced by the server",
+                   "[kv_store]", over_tcp, over_inproc) {
+    one_server<TestType> c;
+    auto narrow = c.worker(1);
+    auto wide = c.worker(2);
+    std::vector<key_t64> keys{1};
+    narrow.push(keys, xt::xtensor<float, 1>{1.0f}, asio::use_future).get();
+    std::error_code ec;
+    std::promise<void> done;
+    wide.push(keys, xt::xtensor<float, 2>{{1.0f, 2.0f}}, [&](std::error_code e) {
+        ec = e;
+        done.set_value();
+    });
+    done.get_future().wait();
+    CHECK(ec == petrel::errc::width_mismatch);
+    CHECK(narrow.pull(keys, asio::use_future).get().values()(0) == 1.0f);
+}
+
+TEMPLATE_TEST_CASE("kv_store: two servers and two workers give exact sums", "[kv_store]", over_tcp,
+                   over_inproc) {
+    io_threads io{2};
+    transport_factory<TestType> factory;
+    petrel::server_node s0(factory.make(io.executor()));
+    petrel::server_node s1(factory.make(io.executor()));
+    const auto a0 = s0.listen(factory.listen_address());
+    const auto a1 = s1.listen(factory.listen_address());
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {{{0, 500}, a0}, {{500, petrel::key_space_end<key_t64>}, a1}};
+    petrel::kv_store<key_t64, float> w0(factory.make(io.executor()), o);
+    petrel::kv_store<key_t64, float> w1(factory.make(io.executor()), o);
+
+    std::vector<key_t64> keys(1000);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    std::vector<std::future<void>> pushes;
+    for (int round = 0; round < 10; ++round) {
+        pushes.push_back(w0.push(keys, ones, asio::use_future));
+        pushes.push_back(w1.push(keys, ones * 2.0f, asio::use_future));
+    }
+    for (auto& f : pushes) {
+        f.get();
+    }
+    CHECK(s0.key_count(0) == 500);
+    CHECK(s1.key_count(0) == 500);
+    auto got0 = w0.pull(keys, asio::use_future).get();
+    auto got1 = w1.pull(keys, asio::use_future).get();
+    CHECK((got0.values() == xt::xtensor<float, 1>(xt::ones<float>({keys.size()}) * 30.0f)));
+    CHECK((got1.values() == got0.values()));
+    CHECK((got0.keys() == xt::adapt(keys)));
+}
+
+TEMPLATE_TEST_CASE("kv_store: keys no server owns are refused before anything is sent",
+                   "[kv_store]", over_tcp, over_inproc) {
+    one_server<TestType> c;
+    auto o = c.options();
+    o.servers[0].range = {0, 100};
+    petrel::kv_store<key_t64, float> kv(c.factory.make(c.io.executor()), o);
+    std::vector<key_t64> keys{50, 150};
+    try {
+        kv.push(keys, xt::xtensor<float, 1>{1.0f, 1.0f}, asio::use_future).get();
+        FAIL("push should fail");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::no_server_for_key);
+    }
+    CHECK(c.server.key_count(0) == 0);
+}
+
+TEMPLATE_TEST_CASE("kv_store: closing with requests in flight completes them all", "[kv_store]",
+                   over_tcp, over_inproc) {
+    one_server<TestType> c;
+    auto kv = std::make_unique<petrel::kv_store<key_t64, float>>(c.factory.make(c.io.executor()),
+                                                                 c.options());
+    std::vector<key_t64> keys(10000);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    std::atomic<int> completed{0};
+    std::atomic<int> failed{0};
+    constexpr int n = 200;
+    for (int i = 0; i < n; ++i) {
+        kv->push(keys, ones, [&](std::error_code ec) {
+            if (ec) {
+                CHECK((ec == petrel::errc::shut_down || ec == petrel::errc::connection_closed));
+                ++failed;
+            }
+            ++completed;
+        });
+    }
+    kv.reset(); // close with most pushes still in flight
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (completed < n && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    CHECK(completed == n);
+    // Whatever was not refused was applied exactly once.
+    c.server.close();
+}
+
+TEST_CASE("kv_store: a server that never answers times out", "[kv_store]") {
+    io_threads io{1};
+    asio::ip::tcp::acceptor silent(io.context(), {asio::ip::make_address("127.0.0.1"), 0});
+    const auto address = "127.0.0.1:" + std::to_string(silent.local_endpoint().port());
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {{petrel::key_range<key_t64>::all(), address}};
+    o.request_timeout = 200ms;
+    petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
+    std::vector<key_t64> keys{1};
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        kv.pull(keys, asio::use_future).get();
+        FAIL("pull should time out");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::timed_out);
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
+TEST_CASE("kv_store: an unreachable server fails the call", "[kv_store]") {
+    io_threads io{1};
+    std::uint16_t port = 0;
+    {
+        asio::ip::tcp::acceptor probe(io.context(), {asio::ip::make_address("127.0.0.1"), 0});
+        port = probe.local_endpoint().port();
+    }
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {{petrel::key_range<key_t64>::all(), "127.0.0.1:" + std::to_string(port)}};
+    petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
+    std::vector<key_t64> keys{1};
+    CHECK_THROWS_AS(kv.pull(keys, asio::use_future).get(), std::system_error);
+}
+
+TEST_CASE("kv_store: inconsistent options are refused at construction", "[kv_store]") {
+    io_threads io{1};
+    petrel::kv_store_options<key_t64> o;
+    CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
+                    std::invalid_argument);
+    o.servers = {{{0, 10}, "127.0.0.1:1"}, {{5, 20}, "127.0.0.1:2"}};
+    CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
+                    std::invalid_argument);
+    o.servers = {{{0, 10}, "127.0.0.1:1"}};
+    o.width = 0;
+    CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
+                    std::invalid_argument);
+}
