@@ -44,8 +44,10 @@ concept transport = std::movable<T> && requires(T& t, const T& ct, std::string_v
 /// As the wrapped transport.
 class any_transport {
 public:
-    template <transport T>
-    requires(!std::same_as<std::remove_cvref_t<T>, any_transport>)
+    // The same-type test comes first, so copying an any_transport never asks whether
+    // any_transport itself models `transport` (a recursive question clang refuses).
+    template <typename T>
+    requires(!std::same_as<std::remove_cvref_t<T>, any_transport> && transport<T>)
         any_transport(T t) // NOLINT(google-explicit-constructor): a transport is-a transport
         : impl_(std::make_shared<model<T>>(std::move(t))) {}
 
