@@ -35,6 +35,7 @@ public:
           on_gone_(std::move(on_gone)) {
         std::error_code ec;
         socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+        socket_.non_blocking(true, ec);
         const auto ep = socket_.remote_endpoint(ec);
         remote_ =
             ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
@@ -49,15 +50,10 @@ public:
         outgoing o;
         o.msg = std::move(m);
         wire::encode_head(o.msg, o.head);
+        o.bytes = o.head.size() + wire::framed_payload_bytes(o.msg.header);
         asio::dispatch(socket_.get_executor(),
                        [self = shared_from_this(), o = std::move(o)]() mutable {
-                           if (self->closed_) {
-                               return;
-                           }
-                           self->queue_.push_back(std::move(o));
-                           if (!self->writing_) {
-                               self->wake_.cancel_one();
-                           }
+                           self->enqueue(std::move(o));
                        });
     }
 
@@ -73,7 +69,81 @@ private:
     struct outgoing {
         wire::message msg;
         std::vector<std::byte> head;
+        std::size_t bytes = 0; // head and padded segments
     };
+
+    /// On the strand. When the write loop is idle, tries to write at once without
+    /// blocking (most small messages leave here in one system call, without waking the
+    /// loop); what the socket does not take is left to the write loop.
+    void enqueue(outgoing&& o) {
+        if (closed_) {
+            return;
+        }
+        queue_.push_back(std::move(o));
+        if (writing_) {
+            return; // the write loop picks it up after the current write
+        }
+        if (queue_.size() == 1) {
+            std::vector<asio::const_buffer> buffers;
+            gather(buffers);
+            std::error_code ec;
+            const std::size_t n = socket_.write_some(buffers, ec);
+            if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+                finish(ec);
+                return;
+            }
+            consume(ec ? 0 : n);
+            if (queue_.empty()) {
+                return;
+            }
+        }
+        wake_.cancel_one();
+    }
+
+    /// The buffers of the queued messages (several, when they have piled up), starting
+    /// after the bytes of the first message that were already written.
+    void gather(std::vector<asio::const_buffer>& buffers) const {
+        buffers.clear();
+        std::size_t skip = front_written_;
+        auto add = [&](const void* data, std::size_t size) {
+            if (skip >= size) {
+                skip -= size;
+                return;
+            }
+            buffers.emplace_back(static_cast<const std::byte*>(data) + skip, size - skip);
+            skip = 0;
+        };
+        for (const auto& o : queue_) {
+            add(o.head.data(), o.head.size());
+            for (const auto& seg : o.msg.segments) {
+                if (!seg.empty()) {
+                    add(seg.data(), seg.size());
+                    const std::size_t pad = wire::padded(seg.size()) - seg.size();
+                    if (pad) {
+                        add(wire::padding_bytes.data(), pad);
+                    }
+                }
+            }
+            if (buffers.size() >= 256) {
+                break;
+            }
+        }
+    }
+
+    /// Drops the messages the socket took in full; remembers how far into the next one
+    /// it got.
+    void consume(std::size_t n) {
+        while (n > 0 && !queue_.empty()) {
+            const std::size_t left = queue_.front().bytes - front_written_;
+            if (n < left) {
+                front_written_ += n;
+                return;
+            }
+            n -= left;
+            front_written_ = 0;
+            queue_.pop_front();
+        }
+    }
 
     asio::awaitable<void> read_loop(std::shared_ptr<tcp_connection> self) {
         const connection_ptr as_connection = self;
@@ -115,35 +185,18 @@ private:
                 co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
                 continue;
             }
-            buffers.clear();
-            std::size_t batch = 0;
-            for (const auto& o : queue_) {
-                buffers.emplace_back(o.head.data(), o.head.size());
-                for (const auto& seg : o.msg.segments) {
-                    if (!seg.empty()) {
-                        buffers.emplace_back(seg.data(), seg.size());
-                        const std::size_t pad = wire::padded(seg.size()) - seg.size();
-                        if (pad) {
-                            buffers.emplace_back(wire::padding_bytes.data(), pad);
-                        }
-                    }
-                }
-                ++batch;
-                if (buffers.size() >= 256) {
-                    break;
-                }
-            }
+            gather(buffers);
             writing_ = true;
             std::error_code ec;
-            co_await asio::async_write(socket_, buffers,
-                                       asio::redirect_error(asio::use_awaitable, ec));
+            const std::size_t n = co_await asio::async_write(
+                socket_, buffers, asio::redirect_error(asio::use_awaitable, ec));
             writing_ = false;
             if (ec) {
                 finish(ec);
                 co_return;
             }
             if (!closed_) {
-                queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(batch));
+                consume(n);
             }
         }
     }
@@ -180,6 +233,7 @@ private:
     std::function<void(tcp_connection*)> on_gone_;
     std::string remote_;
     std::deque<outgoing> queue_;
+    std::size_t front_written_ = 0;
     bool writing_ = false;
     bool closed_ = false;
     std::atomic<bool> open_{true};
