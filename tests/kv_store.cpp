@@ -278,3 +278,42 @@ TEST_CASE("kv_store: inconsistent options are refused at construction", "[kv_sto
     CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
 }
+
+TEMPLATE_TEST_CASE("kv_store: a server closing with requests in flight fails them, no hang",
+                   "[kv_store]", over_tcp, over_inproc) {
+    one_server<TestType> c;
+    auto kv = c.worker();
+    std::vector<key_t64> keys(10000);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    std::atomic<int> completed{0};
+    std::atomic<int> failed{0};
+    constexpr int n = 200;
+    for (int i = 0; i < n; ++i) {
+        kv.push(keys, ones, [&](std::error_code ec) {
+            if (ec) {
+                ++failed;
+            }
+            ++completed;
+        });
+    }
+    c.server.close();
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (completed < n && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    CHECK(completed == n);
+    // The server is gone: the next call fails too, with an error rather than a hang.
+    CHECK_THROWS_AS(kv.pull(keys, asio::use_future).get(), std::system_error);
+}
+
+TEMPLATE_TEST_CASE("kv_store: an empty key list completes at once", "[kv_store]", over_tcp,
+                   over_inproc) {
+    one_server<TestType> c;
+    auto kv = c.worker(3);
+    std::vector<key_t64> none;
+    kv.push(none, xt::xtensor<float, 2>::from_shape({0, 3}), asio::use_future).get();
+    auto got = kv.pull(none, asio::use_future).get();
+    CHECK(got.empty());
+    CHECK(got.width() == 3);
+}

@@ -153,7 +153,9 @@ public:
             p.error = copy_values(values.derived_cast(), p);
         }
         return asio::async_initiate<CompletionToken, void(std::error_code)>(
-            [this](auto handler, prepared p) { this->start_push(std::move(handler), std::move(p)); },
+            [this](auto handler, prepared p) {
+                this->start_push(std::move(handler), std::move(p));
+            },
             token, std::move(p));
     }
 
@@ -174,7 +176,9 @@ public:
     auto pull(const Keys& keys, CompletionToken&& token) {
         prepared p = prepare(std::span<const Key>(keys.data(), keys.size()));
         return asio::async_initiate<CompletionToken, void(std::error_code, kv_pairs<Key, Value>)>(
-            [this](auto handler, prepared p) { this->start_pull(std::move(handler), std::move(p)); },
+            [this](auto handler, prepared p) {
+                this->start_pull(std::move(handler), std::move(p));
+            },
             token, std::move(p));
     }
 
@@ -346,7 +350,7 @@ private:
             return;
         }
         if (slices->empty()) {
-            std::move(done).post(std::error_code{}, result_type{});
+            std::move(done).post(std::error_code{}, result_type({}, {}, opts_.width));
             return;
         }
         struct pull_state : join_state<decltype(done)> {

@@ -42,6 +42,10 @@ using connection_ptr = std::shared_ptr<connection>;
 
 /// What a node does with a connection's events. Both run on the transport's executor
 /// (serialized per connection), never concurrently for one connection.
+///
+/// `on_close` may run after `close()` (of the connection or of its transport) has
+/// returned: whatever the handlers capture must live until the executor has run them,
+/// so capture shared or weak pointers rather than references to the stack.
 struct connection_handlers {
     /// A validated message arrived.
     std::function<void(const connection_ptr&, wire::message&&)> on_message;

@@ -25,10 +25,7 @@ public:
     template <typename... Args>
     void dispatch(Args&&... args) && {
         auto ex = work_.get_executor();
-        asio::dispatch(ex, [h = std::move(handler_), work = std::move(work_),
-                            a = std::make_tuple(std::forward<Args>(args)...)]() mutable {
-            std::apply(std::move(h), std::move(a));
-        });
+        asio::dispatch(ex, std::move(*this).bind(std::forward<Args>(args)...));
     }
 
     /// Runs the handler with `args` on its executor, never inline (for completions that
@@ -36,13 +33,19 @@ public:
     template <typename... Args>
     void post(Args&&... args) && {
         auto ex = work_.get_executor();
-        asio::post(ex, [h = std::move(handler_), work = std::move(work_),
-                        a = std::make_tuple(std::forward<Args>(args)...)]() mutable {
-            std::apply(std::move(h), std::move(a));
-        });
+        asio::post(ex, std::move(*this).bind(std::forward<Args>(args)...));
     }
 
 private:
+    /// The handler, its arguments and the work guard as one nullary function.
+    template <typename... Args>
+    auto bind(Args&&... args) && {
+        return [h = std::move(handler_), work = std::move(work_),
+                a = std::make_tuple(std::forward<Args>(args)...)]() mutable {
+            std::apply(std::move(h), std::move(a));
+        };
+    }
+
     asio::executor_work_guard<executor_type> work_;
     Handler handler_;
 };
