@@ -1,0 +1,254 @@
+// Petrel's benchmark: each case prints one JSON line. Petrel's cases are compared with a
+// raw Asio TCP baseline measured in the same run for the same bytes.
+//
+//   petrel_bench                 all cases
+//   petrel_bench --case NAME     the cases whose name contains NAME (repeatable)
+//   petrel_bench --quick         few iterations (a smoke run)
+//   petrel_bench --list          case names
+#include <petrel/petrel.hpp>
+
+#include "bench_stats.hpp"
+#include "raw_asio_baseline.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+
+#include <xtensor/xtensor.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using petrel_bench::samples;
+using clock_type = std::chrono::steady_clock;
+
+struct settings {
+    bool quick = false;
+    std::vector<std::string> only;
+};
+
+/// Iteration budget for a payload size: (min iterations, min seconds, max iterations).
+struct budget {
+    std::size_t min_iterations;
+    double min_seconds;
+    std::size_t max_iterations;
+};
+
+budget budget_for(std::size_t bytes, bool quick) {
+    if (quick) {
+        return {2, 0.0, 3};
+    }
+    if (bytes >= (std::size_t{32} << 20)) {
+        return {15, 1.0, 60};
+    }
+    if (bytes >= (std::size_t{1} << 20)) {
+        return {50, 1.0, 2000};
+    }
+    return {2000, 1.0, 200000};
+}
+
+/// An io_context on its own thread.
+class io_thread {
+public:
+    io_thread() : work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+    ~io_thread() {
+        work_.reset();
+        io_.stop();
+        thread_.join();
+    }
+    asio::any_io_executor executor() { return io_.get_executor(); }
+
+private:
+    asio::io_context io_;
+    asio::executor_work_guard<asio::io_context::executor_type> work_;
+    std::thread thread_;
+};
+
+/// Medians of the raw baseline, by payload size, for ratio_to_raw.
+std::map<std::size_t, double> raw_push_pull_median;
+/// Goodput of the raw one-way stream, for goodput_vs_raw_stream.
+double raw_stream_gbps = 0;
+
+void print(const std::string& name, const samples& s, std::size_t bytes_moved, double raw_median,
+           std::size_t payload) {
+    petrel_bench::json_line line;
+    line.add("case", name)
+        .add("median_us", s.median())
+        .add("p99_us", s.p99())
+        .add("min_us", s.min())
+        .add("goodput_gbps", petrel_bench::gbit_per_s(bytes_moved, s.median()))
+        .add("ratio_to_raw", raw_median > 0 ? s.median() / raw_median : 1.0)
+        .add("bytes", payload)
+        .add("iterations", s.size());
+    if (raw_stream_gbps > 0 && name.rfind("petrel_", 0) == 0) {
+        line.add("goodput_vs_raw_stream",
+                 petrel_bench::gbit_per_s(bytes_moved, s.median()) / raw_stream_gbps);
+    }
+    line.print();
+}
+
+void raw_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
+    const std::size_t mib = std::size_t{1} << 20;
+    if (wanted("raw_stream_64MiB")) {
+        auto s = petrel_bench::raw::stream_throughput(64 * mib, mib, st.quick ? 2 : 15);
+        print("raw_stream_64MiB", s, 64 * mib, 0, 64 * mib);
+        raw_stream_gbps = petrel_bench::gbit_per_s(64 * mib, s.median());
+    }
+    if (wanted("raw_pingpong_64B")) {
+        auto b = budget_for(64, st.quick);
+        auto s = petrel_bench::raw::pingpong(64, b.min_iterations, b.min_seconds, b.max_iterations);
+        print("raw_pingpong_64B", s, 128, 0, 64);
+    }
+    for (auto [label, bytes] : {std::pair{"1key", std::size_t{4}}, std::pair{"4MiB", 4 * mib},
+                                std::pair{"64MiB", 64 * mib}}) {
+        const std::string name = std::string("raw_push_pull_") + label;
+        if (!wanted(name) && !wanted(std::string("petrel_push_pull_") + label)) {
+            continue;
+        }
+        auto b = budget_for(bytes, st.quick);
+        auto s =
+            petrel_bench::raw::push_pull(bytes, b.min_iterations, b.min_seconds, b.max_iterations);
+        raw_push_pull_median[bytes] = s.median();
+        print(name, s, 2 * bytes, 0, bytes);
+    }
+}
+
+/// Push+pull of `keys` keys of `width` floats each, one worker and one server over TCP on
+/// loopback, each node on its own io thread. The worker drives the loop from a coroutine.
+samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, bool futures) {
+    io_thread server_io;
+    io_thread worker_io;
+    petrel::server_node server(petrel::tcp_transport(server_io.executor()));
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {{petrel::key_range<std::uint64_t>::all(), server.listen("127.0.0.1:0")}};
+    o.width = width;
+    petrel::kv_store<std::uint64_t, float> kv(petrel::tcp_transport(worker_io.executor()), o);
+
+    std::vector<std::uint64_t> key_list(keys);
+    std::iota(key_list.begin(), key_list.end(), std::uint64_t{0});
+    xt::xtensor<float, 2> grad = xt::ones<float>({keys, width});
+    const std::size_t warmup =
+        std::max<std::size_t>(1, std::min<std::size_t>(b.min_iterations / 10, 20));
+
+    if (futures) {
+        auto once = [&] {
+            kv.push(key_list, grad, asio::use_future).get();
+            auto got = kv.pull(key_list, asio::use_future).get();
+            if (got.size() != keys) {
+                throw std::runtime_error("petrel pull returned the wrong number of keys");
+            }
+        };
+        return petrel_bench::run_timed(once, b.min_iterations, b.min_seconds, b.max_iterations,
+                                       warmup);
+    }
+    auto loop = [&]() -> asio::awaitable<samples> {
+        samples s;
+        const auto start = clock_type::now();
+        for (std::size_t i = 0; i < warmup + b.max_iterations; ++i) {
+            const auto t0 = clock_type::now();
+            co_await kv.push(key_list, grad, asio::use_awaitable);
+            auto got = co_await kv.pull(key_list, asio::use_awaitable);
+            const auto t1 = clock_type::now();
+            if (got.size() != keys) {
+                throw std::runtime_error("petrel pull returned the wrong number of keys");
+            }
+            if (i < warmup) {
+                continue;
+            }
+            s.add(t1 - t0);
+            const double elapsed = std::chrono::duration<double>(t1 - start).count();
+            if (s.size() >= b.min_iterations && elapsed >= b.min_seconds) {
+                break;
+            }
+        }
+        co_return s;
+    };
+    return asio::co_spawn(worker_io.executor(), loop(), asio::use_future).get();
+}
+
+void petrel_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
+    const std::size_t mib = std::size_t{1} << 20;
+    struct shape {
+        const char* label;
+        std::size_t keys;
+        std::size_t width;
+    };
+    // Large payloads as rows of 4096 floats (16 KiB per key), as for embeddings or layers.
+    for (auto sh : {shape{"1key", 1, 1}, shape{"4MiB", 256, 4096}, shape{"64MiB", 4096, 4096}}) {
+        const std::size_t bytes = sh.keys * sh.width * sizeof(float);
+        const double raw = raw_push_pull_median.contains(bytes) ? raw_push_pull_median[bytes] : 0;
+        const auto b = budget_for(bytes == 4 ? 4 : bytes < mib ? 4 : bytes, st.quick);
+        const std::string name = std::string("petrel_push_pull_") + sh.label;
+        if (wanted(name)) {
+            print(name, petrel_push_pull(sh.keys, sh.width, b, false), 2 * bytes, raw, bytes);
+        }
+        if (sh.keys == 1 && wanted(name + "_future")) {
+            print(name + "_future", petrel_push_pull(sh.keys, sh.width, b, true), 2 * bytes, raw,
+                  bytes);
+        }
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    settings st;
+    const std::vector<std::string> names = {"raw_stream_64MiB",
+                                            "raw_pingpong_64B",
+                                            "raw_push_pull_1key",
+                                            "raw_push_pull_4MiB",
+                                            "raw_push_pull_64MiB",
+                                            "petrel_push_pull_1key",
+                                            "petrel_push_pull_1key_future",
+                                            "petrel_push_pull_4MiB",
+                                            "petrel_push_pull_64MiB"};
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--quick") {
+            st.quick = true;
+        } else if (a == "--case" && i + 1 < argc) {
+            st.only.emplace_back(argv[++i]);
+        } else if (a == "--list") {
+            for (const auto& n : names) {
+                std::printf("%s\n", n.c_str());
+            }
+            return 0;
+        } else {
+            std::fprintf(stderr,
+                         "usage: petrel_bench [--quick] [--case NAME]... [--list]\n"
+                         "unknown argument: %s\n",
+                         a.c_str());
+            return 2;
+        }
+    }
+    auto wanted = [&](const std::string& name) {
+        if (st.only.empty()) {
+            return true;
+        }
+        for (const auto& o : st.only) {
+            if (name.find(o) != std::string::npos) {
+                return true;
+            }
+        }
+        return false;
+    };
+    try {
+        raw_cases(st, wanted);
+        petrel_cases(st, wanted);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "petrel_bench: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
