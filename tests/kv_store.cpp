@@ -317,3 +317,31 @@ TEMPLATE_TEST_CASE("kv_store: an empty key list completes at once", "[kv_store]"
     CHECK(got.empty());
     CHECK(got.width() == 3);
 }
+
+TEMPLATE_TEST_CASE("kv_store: a request over the frame limit is refused before sending",
+                   "[kv_store]", over_tcp, over_inproc) {
+    one_server<TestType> c;
+    petrel::transport_options small;
+    small.limits.max_frame_bytes = 1024;
+    petrel::kv_store<key_t64, float> kv(c.factory.make(c.io.executor(), small), c.options());
+    std::vector<key_t64> keys(200);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    try {
+        kv.push(keys, ones, asio::use_future).get();
+        FAIL("push should be refused");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::frame_too_large);
+    }
+    try {
+        (void)kv.pull(keys, asio::use_future).get();
+        FAIL("pull should be refused");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::frame_too_large);
+    }
+    CHECK(c.server.key_count(0) == 0);
+    // Smaller requests still go through.
+    keys.resize(10);
+    kv.push(keys, xt::xtensor<float, 1>(xt::ones<float>({10})), asio::use_future).get();
+    CHECK(c.server.key_count(0) == 10);
+}

@@ -254,25 +254,31 @@ private:
         return {};
     }
 
-    /// Splits `count` sorted keys by owning server; nullopt when a key has no owner.
-    std::optional<std::vector<slice>> split(const prepared& p) const {
-        std::vector<slice> slices;
+    /// Splits the sorted keys by owning server. Fails with `errc::no_server_for_key` when
+    /// a key has no owner, and with `errc::frame_too_large` when a slice's push or pull
+    /// reply would exceed the frame limit the peers enforce (our own limit).
+    std::error_code split(const prepared& p, std::vector<slice>& slices) const {
         const auto keys = p.keys.template as<Key>();
+        const std::uint64_t max_frame = transport_.options().limits.max_frame_bytes;
         std::size_t covered = 0;
         for (std::size_t i = 0; i < opts_.servers.size(); ++i) {
             const auto& r = opts_.servers[i].range;
             const auto lo = std::lower_bound(keys.begin(), keys.end(), r.begin) - keys.begin();
             const auto hi = std::lower_bound(keys.begin(), keys.end(), r.end) - keys.begin();
-            if (hi > lo) {
-                slices.push_back(
-                    {i, static_cast<std::size_t>(lo), static_cast<std::size_t>(hi - lo)});
-                covered += static_cast<std::size_t>(hi - lo);
+            if (hi <= lo) {
+                continue;
             }
+            const auto count = static_cast<std::size_t>(hi - lo);
+            if (wire::padded(count * sizeof(Key)) +
+                    wire::padded(count * opts_.width * sizeof(Value)) >
+                max_frame) {
+                return errc::frame_too_large;
+            }
+            slices.push_back({i, static_cast<std::size_t>(lo), count});
+            covered += count;
         }
-        if (covered != keys.size()) {
-            return std::nullopt;
-        }
-        return slices;
+        return covered == keys.size() ? std::error_code{}
+                                      : make_error_code(errc::no_server_for_key);
     }
 
     wire::message make_request(wire::message_kind kind, const prepared& p, const slice& s) const {
@@ -319,17 +325,17 @@ private:
     template <typename Handler>
     void start_push(Handler handler, prepared p) {
         detail::completion done(std::move(handler), transport_.get_executor());
-        auto slices = p.error ? std::nullopt : split(p);
-        if (p.error || !slices) {
-            std::move(done).post(p.error ? p.error : make_error_code(errc::no_server_for_key));
+        std::vector<slice> slices;
+        if (auto ec = p.error ? p.error : split(p, slices)) {
+            std::move(done).post(ec);
             return;
         }
-        if (slices->empty()) {
+        if (slices.empty()) {
             std::move(done).post(std::error_code{});
             return;
         }
-        auto join = std::make_shared<join_state<decltype(done)>>(std::move(done), slices->size());
-        for (const auto& s : *slices) {
+        auto join = std::make_shared<join_state<decltype(done)>>(std::move(done), slices.size());
+        for (const auto& s : slices) {
             links_[s.link]->request(make_request(wire::message_kind::push, p, s),
                                     [join](std::error_code ec, wire::message&&) {
                                         if (join->arrive(ec)) {
@@ -343,13 +349,12 @@ private:
     void start_pull(Handler handler, prepared p) {
         detail::completion done(std::move(handler), transport_.get_executor());
         using result_type = kv_pairs<Key, Value>;
-        auto slices = p.error ? std::nullopt : split(p);
-        if (p.error || !slices) {
-            std::move(done).post(p.error ? p.error : make_error_code(errc::no_server_for_key),
-                                 result_type{});
+        std::vector<slice> slices;
+        if (auto ec = p.error ? p.error : split(p, slices)) {
+            std::move(done).post(ec, result_type{});
             return;
         }
-        if (slices->empty()) {
+        if (slices.empty()) {
             std::move(done).post(std::error_code{}, result_type({}, {}, opts_.width));
             return;
         }
@@ -358,13 +363,13 @@ private:
             pooled_buffer gathered; // several slices: their rows copied in key order
             shared_bytes single;    // one slice: the reply's own buffer
         };
-        auto join = std::make_shared<pull_state>(std::move(done), slices->size());
+        auto join = std::make_shared<pull_state>(std::move(done), slices.size());
         const std::size_t row = opts_.width * sizeof(Value);
-        if (slices->size() > 1) {
+        if (slices.size() > 1) {
             join->gathered = transport_.pool()->acquire(p.count * row);
         }
-        const bool one = slices->size() == 1;
-        for (const auto& s : *slices) {
+        const bool one = slices.size() == 1;
+        for (const auto& s : slices) {
             links_[s.link]->request(
                 make_request(wire::message_kind::pull, p, s),
                 [join, s, row, one, keys = p.keys, width = opts_.width](std::error_code ec,
