@@ -91,7 +91,10 @@ TEMPLATE_TEST_CASE("kv_store: push and pull with callbacks", "[kv_store]", over_
     xt::xtensor<float, 2> rows = {{1, 1}, {2, 2}, {3, 3}};
     std::promise<std::vector<float>> result;
     kv.push(keys, rows, [&](std::error_code ec) {
-        REQUIRE_FALSE(ec);
+        if (ec) {
+            result.set_value({}); // the check below fails; no assertion on this thread
+            return;
+        }
         kv.pull(keys, [&](std::error_code ec2, petrel::kv_pairs<key_t64, float> got) {
             if (ec2) {
                 result.set_value({});
@@ -211,13 +214,12 @@ TEMPLATE_TEST_CASE("kv_store: closing with requests in flight completes them all
     std::iota(keys.begin(), keys.end(), key_t64{0});
     xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
     std::atomic<int> completed{0};
-    std::atomic<int> failed{0};
+    std::atomic<int> unexpected{0}; // Catch's assertions are not for other threads
     constexpr int n = 200;
     for (int i = 0; i < n; ++i) {
         kv->push(keys, ones, [&](std::error_code ec) {
-            if (ec) {
-                CHECK((ec == petrel::errc::shut_down || ec == petrel::errc::connection_closed));
-                ++failed;
+            if (ec && ec != petrel::errc::shut_down && ec != petrel::errc::connection_closed) {
+                ++unexpected;
             }
             ++completed;
         });
@@ -228,7 +230,7 @@ TEMPLATE_TEST_CASE("kv_store: closing with requests in flight completes them all
         std::this_thread::sleep_for(1ms);
     }
     CHECK(completed == n);
-    // Whatever was not refused was applied exactly once.
+    CHECK(unexpected == 0);
     c.server.close();
 }
 

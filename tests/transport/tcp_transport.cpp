@@ -164,7 +164,11 @@ TEST_CASE("tcp_transport: close ends every connection and lets the io_context fi
     std::vector<petrel::connection_ptr> conns;
     for (int i = 0; i < 3; ++i) {
         client.async_connect(a, h, [&](std::error_code ec, petrel::connection_ptr c) {
-            REQUIRE_FALSE(ec);
+            if (ec) {
+                client.close(); // fails the checks below; no assertion on this thread
+                server->close();
+                return;
+            }
             conns.push_back(c);
             petrel::wire::message hello;
             hello.header.kind = petrel::wire::message_kind::pull;

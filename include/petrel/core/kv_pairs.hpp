@@ -50,12 +50,16 @@ public:
           rows_(rows || width != 1) {}
 
     /// Copies `keys` and `values` (`width` values per key) into new buffers.
-    /// @throws std::system_error with `errc::keys_not_sorted` or
-    /// `errc::value_count_mismatch` when the input breaks the invariants.
+    /// @throws std::system_error with `errc::keys_not_sorted`, `errc::key_out_of_range`
+    /// (the reserved key `key_space_end<Key>`) or `errc::value_count_mismatch` when the
+    /// input breaks the invariants.
     [[nodiscard]] static kv_pairs copy_of(std::span<const Key> keys, std::span<const Value> values,
                                           std::size_t width = 1) {
         if (std::adjacent_find(keys.begin(), keys.end(), std::greater_equal<Key>{}) != keys.end()) {
             throw std::system_error(make_error_code(errc::keys_not_sorted));
+        }
+        if (!keys.empty() && keys.back() == key_space_end<Key>) {
+            throw std::system_error(make_error_code(errc::key_out_of_range));
         }
         if (width == 0 || values.size() != keys.size() * width) {
             throw std::system_error(make_error_code(errc::value_count_mismatch));

@@ -146,7 +146,7 @@ private:
             const auto& h = m.header;
             // The header passed wire validation, so this product does not overflow.
             const std::uint64_t bytes = h.key_count * h.width * wire::size_of(h.value_type);
-            if (bytes > limits.max_frame_bytes) {
+            if (wire::padded(bytes) > limits.max_frame_bytes) {
                 return errc::frame_too_large; // the reply would exceed what peers accept
             }
             pooled_buffer out = pool->acquire(bytes);

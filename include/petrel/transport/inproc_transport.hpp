@@ -109,7 +109,8 @@ struct inproc_listener {
     transport_options opts;
     connection_handlers handlers;
     std::weak_ptr<void> owner; // the listening transport's state
-    std::function<void(const std::shared_ptr<inproc_connection>&)> adopt;
+    /// Takes ownership of the listening end; false when the listener closed meanwhile.
+    std::function<bool(const std::shared_ptr<inproc_connection>&)> adopt;
 };
 
 struct inproc_hub_state {
@@ -173,19 +174,24 @@ public:
     /// Registers `name` in the hub; an empty name gets a unique one. Returns the name.
     /// @throws std::system_error when the name is taken or the transport closed.
     std::string listen(std::string_view name, connection_handlers h) {
-        std::lock_guard lock(state_->hub->mutex);
+        // Both locks: `closed` belongs to this transport, the names to the hub. No other
+        // code holds both, so the order cannot deadlock.
+        std::scoped_lock lock(state_->mutex, state_->hub->mutex);
         std::string n =
             name.empty() ? "inproc-" + std::to_string(state_->hub->next_name++) : std::string(name);
-        if (state_->closed || state_->hub->listeners.contains(n)) {
+        if (state_->closed) {
+            throw std::system_error(make_error_code(errc::shut_down),
+                                    "petrel: listen on a closed in-process transport");
+        }
+        if (state_->hub->listeners.contains(n)) {
             throw std::system_error(make_error_code(errc::invalid_argument),
                                     "petrel: in-process address '" + n + "' is taken");
         }
         std::weak_ptr<state> weak = state_;
         detail::inproc_listener l{state_->ex, state_->opts, std::move(h), state_, {}};
         l.adopt = [weak](const std::shared_ptr<detail::inproc_connection>& c) {
-            if (auto s = weak.lock()) {
-                s->add(c);
-            }
+            auto s = weak.lock();
+            return s && s->add(c);
         };
         state_->hub->listeners.emplace(n, std::move(l));
         state_->names.push_back(n);
@@ -224,16 +230,21 @@ private:
         std::unordered_map<detail::inproc_connection*, std::shared_ptr<detail::inproc_connection>>
             connections;
 
-        void add(const std::shared_ptr<detail::inproc_connection>& c) {
+        /// Owns `c` until it closes; false (and `c` untouched) once this transport closed.
+        bool add(const std::shared_ptr<detail::inproc_connection>& c) {
             std::weak_ptr<state> weak = weak_from_this();
+            std::lock_guard lock(mutex);
+            if (closed) {
+                return false;
+            }
             c->set_on_gone([weak](detail::inproc_connection* gone) {
                 if (auto s = weak.lock()) {
                     std::lock_guard lock(s->mutex);
                     s->connections.erase(gone);
                 }
             });
-            std::lock_guard lock(mutex);
             connections.emplace(c.get(), c);
+            return true;
         }
 
         std::pair<std::error_code, connection_ptr> connect(const std::string& name,
@@ -247,19 +258,20 @@ private:
                 }
                 l = it->second;
             }
-            {
-                std::lock_guard lock(mutex);
-                if (closed) {
-                    return {make_error_code(errc::shut_down), nullptr};
-                }
-            }
             auto mine = std::make_shared<detail::inproc_connection>(ex, opts, std::move(h), name);
             auto theirs = std::make_shared<detail::inproc_connection>(l.ex, l.opts, l.handlers,
                                                                       "inproc-peer");
             mine->pair_with(theirs);
             theirs->pair_with(mine);
-            add(mine);
-            l.adopt(theirs);
+            if (!add(mine)) {
+                return {make_error_code(errc::shut_down), nullptr};
+            }
+            if (!l.adopt(theirs)) {
+                // The listener closed between the lookup and now: no half-open connection.
+                std::lock_guard lock(mutex);
+                connections.erase(mine.get());
+                return {make_error_code(std::errc::connection_refused), nullptr};
+            }
             return {std::error_code{}, mine};
         }
 

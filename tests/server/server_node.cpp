@@ -1,0 +1,401 @@
+#include <petrel/server/server_node.hpp>
+
+#include "support/cluster.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <system_error>
+#include <vector>
+
+using namespace std::chrono_literals;
+using petrel::errc;
+using petrel::test::io_threads;
+using petrel::test::log_capture;
+using petrel::test::over_inproc;
+using petrel::test::over_tcp;
+using petrel::test::transport_factory;
+namespace wire = petrel::wire;
+
+namespace {
+
+constexpr auto timeout = 10s;
+constexpr std::uint32_t server_id = 7;
+constexpr std::uint32_t client_id = 3;
+
+template <typename T>
+petrel::shared_bytes bytes_of(const std::vector<T>& v) {
+    return petrel::shared_bytes::copy_of(std::as_bytes(std::span(v)));
+}
+
+/// A request header for `keys` of type Key on a table of Value rows of `width`.
+template <typename Key, typename Value>
+wire::message request(wire::message_kind kind, std::uint32_t table, const std::vector<Key>& keys,
+                      std::uint32_t width) {
+    wire::message m;
+    m.header.kind = kind;
+    m.header.sender = client_id;
+    m.header.receiver = server_id;
+    m.header.table_id = table;
+    m.header.key_type = wire::scalar_type_of<Key>;
+    m.header.value_type = wire::scalar_type_of<Value>;
+    m.header.width = width;
+    m.header.key_count = keys.size();
+    m.header.range_begin = 0;
+    m.header.range_end = std::numeric_limits<Key>::max();
+    m.set_segment(wire::keys_segment, bytes_of(keys));
+    return m;
+}
+
+template <typename Key, typename Value>
+wire::message push_of(std::uint32_t table, const std::vector<Key>& keys,
+                      const std::vector<Value>& values, std::uint32_t width = 1) {
+    auto m = request<Key, Value>(wire::message_kind::push, table, keys, width);
+    m.set_segment(wire::values_segment, bytes_of(values));
+    return m;
+}
+
+template <typename Key, typename Value>
+wire::message pull_of(std::uint32_t table, const std::vector<Key>& keys, std::uint32_t width = 1) {
+    return request<Key, Value>(wire::message_kind::pull, table, keys, width);
+}
+
+template <typename Value>
+std::vector<Value> values_of(const wire::message& reply) {
+    const auto v = reply.values().as<Value>();
+    return {v.begin(), v.end()};
+}
+
+/// The worker side, speaking raw messages: replies are matched to requests by id.
+/// Declared before the io_threads, so that it outlives every handler that may still run.
+struct raw_client {
+    std::mutex mutex;
+    std::map<std::uint64_t, std::promise<wire::message>> pending;
+    std::vector<wire::message> unexpected;
+    std::promise<std::error_code> closed;
+    int close_count = 0;
+
+    petrel::connection_handlers handlers() {
+        petrel::connection_handlers h;
+        h.on_message = [this](const petrel::connection_ptr&, wire::message&& m) {
+            std::lock_guard lock(mutex);
+            auto it = pending.find(m.header.request_id);
+            if (it == pending.end()) {
+                unexpected.push_back(std::move(m));
+                return;
+            }
+            it->second.set_value(std::move(m));
+            pending.erase(it);
+        };
+        h.on_close = [this](const petrel::connection_ptr&, std::error_code ec) {
+            std::lock_guard lock(mutex);
+            if (++close_count == 1) {
+                closed.set_value(ec);
+            }
+        };
+        return h;
+    }
+
+    std::future<wire::message> expect(std::uint64_t id) {
+        std::lock_guard lock(mutex);
+        return pending[id].get_future();
+    }
+};
+
+/// A server node and one raw connection to it.
+template <typename Kind>
+struct fixture {
+    log_capture log;
+    raw_client client;
+    io_threads io{2};
+    transport_factory<Kind> factory;
+    petrel::server_node server;
+    std::string address;
+    petrel::any_transport client_transport;
+    petrel::connection_ptr conn;
+    std::uint64_t next_id = 1;
+
+    explicit fixture(petrel::transport_options opts = {})
+        : server(make_server(opts)), address(server.listen(factory.listen_address())),
+          client_transport(factory.make(io.executor())) {
+        auto p = std::make_shared<std::promise<petrel::connection_ptr>>();
+        auto f = p->get_future();
+        client_transport.async_connect(
+            address, client.handlers(), [p](std::error_code ec, petrel::connection_ptr c) {
+                if (ec) {
+                    p->set_exception(std::make_exception_ptr(std::system_error(ec)));
+                } else {
+                    p->set_value(std::move(c));
+                }
+            });
+        REQUIRE(f.wait_for(timeout) == std::future_status::ready);
+        conn = f.get();
+        REQUIRE(conn);
+    }
+
+    petrel::server_node make_server(petrel::transport_options opts) {
+        opts.log = log.logger();
+        return petrel::server_node(factory.make(io.executor(), opts), {.node_id = server_id});
+    }
+
+    /// Sends `m` with a fresh request id and returns the reply.
+    wire::message call(wire::message m) {
+        m.header.request_id = next_id++;
+        auto reply = client.expect(m.header.request_id);
+        conn->send(std::move(m));
+        REQUIRE(reply.wait_for(timeout) == std::future_status::ready);
+        return reply.get();
+    }
+
+    /// Pulls `keys` (u64) from a float table of `width` and checks that it succeeded.
+    std::vector<float> pull(std::uint32_t table, const std::vector<std::uint64_t>& keys,
+                            std::uint32_t width = 1) {
+        const auto r = call(pull_of<std::uint64_t, float>(table, keys, width));
+        REQUIRE(r.header.status == 0);
+        return values_of<float>(r);
+    }
+};
+
+} // namespace
+
+TEMPLATE_TEST_CASE("server_node: a push creates the table and adds to it", "[server]", over_tcp,
+                   over_inproc) {
+    fixture<TestType> f;
+    CHECK(f.server.key_count(0) == 0);
+
+    const auto r = f.call(push_of<std::uint64_t, float>(0, {1, 5, 9}, {1, 2, 3}));
+    CHECK(r.header.kind == wire::message_kind::push_reply);
+    CHECK(r.header.status == 0);
+    CHECK(r.header.sender == server_id);
+    CHECK(r.header.receiver == client_id);
+    CHECK(r.header.table_id == 0);
+    CHECK(r.payload_size() == 0);
+    CHECK(f.server.key_count(0) == 3);
+
+    REQUIRE(f.call(push_of<std::uint64_t, float>(0, {5, 10}, {10, 20})).header.status == 0);
+    CHECK(f.server.key_count(0) == 4);
+    CHECK(f.pull(0, {1, 5, 9, 10}) == std::vector<float>{1, 12, 3, 20});
+
+    // Other tables are separate.
+    CHECK(f.server.key_count(1) == 0);
+    REQUIRE(f.call(push_of<std::uint64_t, float>(1, {5}, {100})).header.status == 0);
+    CHECK(f.server.key_count(1) == 1);
+    CHECK(f.pull(0, {5}) == std::vector<float>{12});
+    CHECK(f.pull(1, {5}) == std::vector<float>{100});
+}
+
+TEMPLATE_TEST_CASE("server_node: a pull returns rows in key order, zeros for unknown keys",
+                   "[server]", over_tcp, over_inproc) {
+    fixture<TestType> f;
+    REQUIRE(f.call(push_of<std::uint64_t, float>(4, {2, 8}, {1, 2, 3, 4, 5, 6}, 3)).header.status ==
+            0);
+
+    const auto r = f.call(pull_of<std::uint64_t, float>(4, {0, 2, 5, 8, 1000}, 3));
+    REQUIRE(r.header.status == 0);
+    CHECK(r.header.kind == wire::message_kind::pull_reply);
+    CHECK(r.header.key_count == 5);
+    CHECK(r.header.width == 3);
+    CHECK(r.header.sender == server_id);
+    CHECK(r.keys().empty()); // the worker knows its keys
+    CHECK(values_of<float>(r) == std::vector<float>{0, 0, 0, 1, 2, 3, 0, 0, 0, 4, 5, 6, 0, 0, 0});
+    CHECK(f.server.key_count(4) == 2); // pulling does not insert
+
+    SECTION("a table that does not exist reads as zeros and is not created") {
+        CHECK(f.pull(9, {1, 2}, 2) == std::vector<float>{0, 0, 0, 0});
+        CHECK(f.server.key_count(9) == 0);
+    }
+    SECTION("an empty pull") {
+        const auto e = f.call(pull_of<std::uint64_t, float>(4, {}, 3));
+        CHECK(e.header.status == 0);
+        CHECK(e.values().empty());
+    }
+}
+
+TEMPLATE_TEST_CASE("server_node: tables of u32 keys and double values", "[server]", over_tcp,
+                   over_inproc) {
+    fixture<TestType> f;
+    using k32 = std::uint32_t;
+    REQUIRE(
+        f.call(push_of<k32, double>(2, {3, 4000000000u}, {0.5, 1.5, 2.5, 3.5}, 2)).header.status ==
+        0);
+    REQUIRE(f.call(push_of<k32, double>(2, {4000000000u}, {0.25, 0.25}, 2)).header.status == 0);
+    CHECK(f.server.key_count(2) == 2);
+
+    const auto r = f.call(pull_of<k32, double>(2, {1, 3, 4000000000u}, 2));
+    REQUIRE(r.header.status == 0);
+    CHECK(r.header.key_type == wire::scalar_type::u32);
+    CHECK(r.header.value_type == wire::scalar_type::f64);
+    CHECK(values_of<double>(r) == std::vector<double>{0, 0, 0.5, 1.5, 2.75, 3.75});
+}
+
+TEMPLATE_TEST_CASE("server_node: a request that does not match its table is refused", "[server]",
+                   over_tcp, over_inproc) {
+    fixture<TestType> f;
+    REQUIRE(f.call(push_of<std::uint64_t, float>(0, {1, 2}, {1, 2})).header.status == 0);
+    const auto before = f.pull(0, {1, 2, 3});
+
+    SECTION("another width") {
+        const auto r = f.call(push_of<std::uint64_t, float>(0, {1, 3}, {9, 9, 9, 9}, 2));
+        CHECK(r.header.status == static_cast<std::uint32_t>(errc::width_mismatch));
+        CHECK(r.header.kind == wire::message_kind::push_reply);
+        const auto p = f.call(pull_of<std::uint64_t, float>(0, {1}, 2));
+        CHECK(p.header.status == static_cast<std::uint32_t>(errc::width_mismatch));
+        CHECK(p.values().empty());
+        CHECK(p.header.key_count == 0);
+    }
+    SECTION("another value type") {
+        const auto r = f.call(push_of<std::uint64_t, double>(0, {1, 3}, {9, 9}));
+        CHECK(r.header.status == static_cast<std::uint32_t>(errc::value_type_mismatch));
+        const auto p = f.call(pull_of<std::uint64_t, double>(0, {1}));
+        CHECK(p.header.status == static_cast<std::uint32_t>(errc::value_type_mismatch));
+    }
+    SECTION("another key type") {
+        const auto r = f.call(push_of<std::uint32_t, float>(0, {1, 3}, {9, 9}));
+        CHECK(r.header.status == static_cast<std::uint32_t>(errc::key_type_mismatch));
+        const auto p = f.call(pull_of<std::uint32_t, float>(0, {1}));
+        CHECK(p.header.status == static_cast<std::uint32_t>(errc::key_type_mismatch));
+    }
+    SECTION("everything different: the key type is named first") {
+        const auto r = f.call(push_of<std::uint32_t, double>(0, {1}, {9, 9}, 2));
+        CHECK(r.header.status == static_cast<std::uint32_t>(errc::key_type_mismatch));
+    }
+    // Nothing changed, and the connection still works.
+    CHECK(f.pull(0, {1, 2, 3}) == before);
+    CHECK(before == std::vector<float>{1, 2, 0});
+    CHECK(f.server.key_count(0) == 2);
+    CHECK(f.conn->is_open());
+}
+
+TEMPLATE_TEST_CASE("server_node: a push with per-key lengths is refused", "[server]", over_tcp,
+                   over_inproc) {
+    fixture<TestType> f;
+    REQUIRE(f.call(push_of<std::uint64_t, float>(0, {1, 2}, {1, 2})).header.status == 0);
+
+    auto m = push_of<std::uint64_t, float>(0, {1, 2}, {5, 6, 7});
+    m.set_segment(wire::lengths_segment, bytes_of(std::vector<std::uint32_t>{1, 2}));
+    REQUIRE_FALSE(wire::validate(m, wire::wire_limits{})); // a valid frame: refused by the table
+    const auto r = f.call(m);
+    CHECK(r.header.status == static_cast<std::uint32_t>(errc::invalid_argument));
+    CHECK(f.pull(0, {1, 2}) == std::vector<float>{1, 2});
+    CHECK(f.server.key_count(0) == 2);
+
+    // Nor does it create a table.
+    auto n = push_of<std::uint64_t, float>(5, {1}, {5, 6});
+    n.set_segment(wire::lengths_segment, bytes_of(std::vector<std::uint32_t>{2}));
+    CHECK(f.call(n).header.status == static_cast<std::uint32_t>(errc::invalid_argument));
+    CHECK(f.server.key_count(5) == 0);
+}
+
+TEMPLATE_TEST_CASE("server_node: a pull whose reply exceeds the frame limit is refused", "[server]",
+                   over_tcp, over_inproc) {
+    petrel::transport_options o;
+    o.limits.max_frame_bytes = 4096;
+    fixture<TestType> f(o);
+    std::vector<float> row(1000, 0.5f);
+    REQUIRE(f.call(push_of<std::uint64_t, float>(0, {1}, row, 1000)).header.status == 0);
+
+    // One row (4000 bytes) fits.
+    const auto one = f.call(pull_of<std::uint64_t, float>(0, {1}, 1000));
+    REQUIRE(one.header.status == 0);
+    CHECK(values_of<float>(one) == row);
+
+    // Two rows (8000 bytes) do not.
+    const auto two = f.call(pull_of<std::uint64_t, float>(0, {1, 2}, 1000));
+    CHECK(two.header.status == static_cast<std::uint32_t>(errc::frame_too_large));
+    CHECK(two.values().empty());
+
+    // A small request for a huge reply is refused before anything is allocated: 4 GiB here.
+    const auto huge = f.call(pull_of<std::uint64_t, float>(77, {1}, 1u << 30));
+    CHECK(huge.header.status == static_cast<std::uint32_t>(errc::frame_too_large));
+    CHECK(f.server.key_count(77) == 0);
+    CHECK(f.conn->is_open());
+}
+
+TEMPLATE_TEST_CASE("server_node: the reply limit counts the padded frame", "[server]", over_tcp,
+                   over_inproc) {
+    petrel::transport_options o;
+    o.limits.max_frame_bytes = 4092;
+    fixture<TestType> f(o);
+    // 1023 floats of a table never pushed: 4092 bytes of zeros, 4096 on the wire.
+    const auto r = f.call(pull_of<std::uint64_t, float>(9, {1}, 1023));
+    CHECK(r.header.status == static_cast<std::uint32_t>(errc::frame_too_large));
+    // 1022 floats: 4088 bytes, already a multiple of 8.
+    const auto ok = f.call(pull_of<std::uint64_t, float>(9, {1}, 1022));
+    CHECK(ok.header.status == 0);
+    CHECK(values_of<float>(ok) == std::vector<float>(1022, 0.0f));
+    CHECK(f.conn->is_open());
+}
+
+TEMPLATE_TEST_CASE("server_node: a reply sent to a server closes that connection", "[server]",
+                   over_tcp, over_inproc) {
+    fixture<TestType> f;
+    REQUIRE(f.call(push_of<std::uint64_t, float>(0, {1}, {1})).header.status == 0);
+    auto closed = f.client.closed.get_future();
+
+    wire::message_header h;
+    h.request_id = 1000;
+    auto bogus = wire::make_reply(h, wire::message_kind::pull_reply);
+    bogus.header.status = static_cast<std::uint32_t>(errc::remote_error);
+    REQUIRE_FALSE(wire::validate(bogus, wire::wire_limits{}));
+    f.conn->send(std::move(bogus));
+
+    REQUIRE(closed.wait_for(timeout) == std::future_status::ready);
+    CHECK(closed.get() == errc::connection_closed);
+    CHECK_THAT(f.log.all(), Catch::Contains("does not accept replies"));
+    {
+        std::lock_guard lock(f.client.mutex);
+        CHECK(f.client.unexpected.empty());
+    }
+    CHECK(f.server.key_count(0) == 1); // the server itself carries on
+}
+
+TEMPLATE_TEST_CASE("server_node: key_count counts distinct keys per table", "[server]", over_tcp,
+                   over_inproc) {
+    fixture<TestType> f;
+    CHECK(f.server.key_count(0) == 0);
+    CHECK(f.server.key_count(12345) == 0);
+    std::vector<std::uint64_t> keys(100);
+    std::vector<float> ones(100, 1.0f);
+    for (std::uint64_t i = 0; i < 100; ++i) {
+        keys[i] = i * 3;
+    }
+    REQUIRE(f.call(push_of<std::uint64_t, float>(6, keys, ones)).header.status == 0);
+    REQUIRE(f.call(push_of<std::uint64_t, float>(6, keys, ones)).header.status == 0);
+    CHECK(f.server.key_count(6) == 100);
+    REQUIRE(f.call(push_of<std::uint64_t, float>(6, {1, 2}, {1, 1})).header.status == 0);
+    CHECK(f.server.key_count(6) == 102);
+    CHECK(f.pull(6, {0, 1, 3, 297}) == std::vector<float>{2, 1, 2, 2});
+}
+
+TEST_CASE("server_node: several connections share the tables", "[server]") {
+    raw_client second; // before the fixture's io threads, which may run its handlers
+    fixture<over_inproc> f;
+    auto p = std::make_shared<std::promise<petrel::connection_ptr>>();
+    auto fut = p->get_future();
+    f.client_transport.async_connect(
+        f.address, second.handlers(),
+        [p](std::error_code, petrel::connection_ptr c) { p->set_value(std::move(c)); });
+    REQUIRE(fut.wait_for(timeout) == std::future_status::ready);
+    auto other = fut.get();
+    REQUIRE(other);
+
+    REQUIRE(f.call(push_of<std::uint64_t, float>(0, {42}, {1.5f})).header.status == 0);
+    auto m = pull_of<std::uint64_t, float>(0, {42});
+    m.header.request_id = 555;
+    auto reply = second.expect(555);
+    other->send(std::move(m));
+    REQUIRE(reply.wait_for(timeout) == std::future_status::ready);
+    CHECK(values_of<float>(reply.get()) == std::vector<float>{1.5f});
+    other->close();
+    // `second` must outlive the handlers of `other`: wait until its close was reported.
+    auto done = second.closed.get_future();
+    REQUIRE(done.wait_for(timeout) == std::future_status::ready);
+}
