@@ -126,7 +126,9 @@ void raw_cases(const settings& st, const std::function<bool(const std::string&)>
 
 /// Push+pull of `keys` keys of `width` floats each, one worker and one server over TCP on
 /// loopback, each node on its own io thread. The worker drives the loop from a coroutine.
-samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, bool futures) {
+enum class style { coroutine, future, shared };
+
+samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style how) {
     io_thread server_io;
     io_thread worker_io;
     petrel::server_node server(petrel::tcp_transport(server_io.executor()));
@@ -137,13 +139,13 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, bool fut
 
     std::vector<std::uint64_t> key_list(keys);
     std::iota(key_list.begin(), key_list.end(), std::uint64_t{0});
-    xt::xtensor<float, 2> grad = xt::ones<float>({keys, width});
+    auto grad = std::make_shared<xt::xtensor<float, 2>>(xt::ones<float>({keys, width}));
     const std::size_t warmup =
         std::max<std::size_t>(1, std::min<std::size_t>(b.min_iterations / 10, 20));
 
-    if (futures) {
+    if (how == style::future) {
         auto once = [&] {
-            kv.push(key_list, grad, asio::use_future).get();
+            kv.push(key_list, *grad, asio::use_future).get();
             auto got = kv.pull(key_list, asio::use_future).get();
             if (got.size() != keys) {
                 throw std::runtime_error("petrel pull returned the wrong number of keys");
@@ -157,7 +159,11 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, bool fut
         const auto start = clock_type::now();
         for (std::size_t i = 0; i < warmup + b.max_iterations; ++i) {
             const auto t0 = clock_type::now();
-            co_await kv.push(key_list, grad, asio::use_awaitable);
+            if (how == style::shared) {
+                co_await kv.push(key_list, grad, asio::use_awaitable); // no copy
+            } else {
+                co_await kv.push(key_list, *grad, asio::use_awaitable);
+            }
             auto got = co_await kv.pull(key_list, asio::use_awaitable);
             const auto t1 = clock_type::now();
             if (got.size() != keys) {
@@ -191,11 +197,16 @@ void petrel_cases(const settings& st, const std::function<bool(const std::string
         const auto b = budget_for(bytes == 4 ? 4 : bytes < mib ? 4 : bytes, st.quick);
         const std::string name = std::string("petrel_push_pull_") + sh.label;
         if (wanted(name)) {
-            print(name, petrel_push_pull(sh.keys, sh.width, b, false), 2 * bytes, raw, bytes);
+            print(name, petrel_push_pull(sh.keys, sh.width, b, style::coroutine), 2 * bytes, raw,
+                  bytes);
         }
         if (sh.keys == 1 && wanted(name + "_future")) {
-            print(name + "_future", petrel_push_pull(sh.keys, sh.width, b, true), 2 * bytes, raw,
-                  bytes);
+            print(name + "_future", petrel_push_pull(sh.keys, sh.width, b, style::future),
+                  2 * bytes, raw, bytes);
+        }
+        if (sh.keys > 1 && wanted(name + "_shared")) {
+            print(name + "_shared", petrel_push_pull(sh.keys, sh.width, b, style::shared),
+                  2 * bytes, raw, bytes);
         }
     }
 }
@@ -212,7 +223,9 @@ int main(int argc, char** argv) {
                                             "petrel_push_pull_1key",
                                             "petrel_push_pull_1key_future",
                                             "petrel_push_pull_4MiB",
-                                            "petrel_push_pull_64MiB"};
+                                            "petrel_push_pull_4MiB_shared",
+                                            "petrel_push_pull_64MiB",
+                                            "petrel_push_pull_64MiB_shared"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--quick") {

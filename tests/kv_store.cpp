@@ -6,7 +6,9 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
+#include <xtensor/xmanipulation.hpp>
 #include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -346,4 +348,50 @@ TEMPLATE_TEST_CASE("kv_store: a request over the frame limit is refused before s
     keys.resize(10);
     kv.push(keys, xt::xtensor<float, 1>(xt::ones<float>({10})), asio::use_future).get();
     CHECK(c.server.key_count(0) == 10);
+}
+
+TEMPLATE_TEST_CASE("kv_store: values may be views, strided or of another value type", "[kv_store]",
+                   over_tcp, over_inproc) {
+    one_server<TestType> c;
+    auto kv = c.worker(2);
+    std::vector<key_t64> keys{1, 2, 3};
+    // Columns 1 and 2 of a 3 x 4 matrix: rows of 2 values, not contiguous in memory.
+    xt::xtensor<float, 2> wide = {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}};
+    kv.push(keys, xt::view(wide, xt::all(), xt::range(1, 3)), asio::use_future).get();
+    // Doubles are converted to the table's float.
+    xt::xtensor<double, 2> more = {{100, 100}, {200, 200}, {300, 300}};
+    kv.push(keys, more, asio::use_future).get();
+    // A transposed view: column-major strides over a 2 x 3 matrix.
+    xt::xtensor<float, 2> t = {{1000, 2000, 3000}, {1000, 2000, 3000}};
+    kv.push(keys, xt::transpose(t), asio::use_future).get();
+    auto got = kv.pull(keys, asio::use_future).get();
+    CHECK((got.values() == xt::xtensor<float, 2>{{1101, 1102}, {2205, 2206}, {3309, 3310}}));
+}
+
+TEMPLATE_TEST_CASE("kv_store: a shared push sends the caller's buffer without a copy", "[kv_store]",
+                   over_tcp, over_inproc) {
+    one_server<TestType> c;
+    auto kv = c.worker(2);
+    std::vector<key_t64> keys{4, 8};
+    auto grad = std::make_shared<xt::xtensor<float, 2>>(xt::xtensor<float, 2>{{1, 2}, {3, 4}});
+    kv.push(keys, grad, asio::use_future).get();
+    // After completion the caller owns its buffer again and may refill it.
+    *grad *= 10.0f;
+    kv.push(keys, grad, asio::use_future).get();
+    auto flat = std::make_shared<std::vector<float>>(std::vector<float>{100, 100, 100, 100});
+    kv.push(keys, flat, asio::use_future).get();
+    auto got = kv.pull(keys, asio::use_future).get();
+    CHECK((got.values() == xt::xtensor<float, 2>{{111, 122}, {133, 144}}));
+
+    SECTION("a buffer of the wrong size or layout is refused") {
+        auto wrong = std::make_shared<std::vector<float>>(3, 1.0f);
+        CHECK_THROWS_AS(kv.push(keys, wrong, asio::use_future).get(), std::system_error);
+        using col_major = xt::xtensor<float, 2, xt::layout_type::column_major>;
+        auto cm = std::make_shared<col_major>(col_major{{1, 2}, {3, 4}});
+        CHECK_THROWS_AS(kv.push(keys, cm, asio::use_future).get(), std::system_error);
+        std::shared_ptr<std::vector<float>> none;
+        CHECK_THROWS_AS(kv.push(keys, none, asio::use_future).get(), std::system_error);
+        CHECK((kv.pull(keys, asio::use_future).get().values() ==
+               xt::xtensor<float, 2>{{111, 122}, {133, 144}}));
+    }
 }

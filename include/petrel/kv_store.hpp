@@ -68,6 +68,13 @@ concept contiguous_keys = requires(const Keys& k) {
     { k.size() } -> std::convertible_to<std::size_t>;
 };
 
+/// Values in one contiguous array of `Value`: an xtensor container, a `std::vector`...
+template <typename Value, typename C>
+concept contiguous_values = requires(const C& c) {
+    { c.data() } -> std::convertible_to<const Value*>;
+    { c.size() } -> std::convertible_to<std::size_t>;
+};
+
 } // namespace detail
 
 /// The worker-side handle to one table on a set of servers.
@@ -169,6 +176,31 @@ public:
                     std::forward<CompletionToken>(token));
     }
 
+    /// Adds `values` without copying them: the message shares `values` (a contiguous
+    /// container of `Value`: a row-major xtensor container of shape `[n]` or `[n, width]`,
+    /// or a flat `std::vector`) until it is sent. The caller must not modify `values`
+    /// before the push completes. Completion signature: `void(std::error_code)`.
+    ///
+    /// @par Example
+    /// @code
+    /// auto grad = std::make_shared<xt::xtensor<float, 2>>(xt::zeros<float>({n, width}));
+    /// // ... fill *grad each iteration, then:
+    /// co_await kv.push(keys, grad, asio::use_awaitable);   // no copy of *grad
+    /// @endcode
+    template <typename Keys, typename Container, typename CompletionToken>
+    requires detail::contiguous_keys<Key, Keys> && detail::contiguous_values<Value, Container>
+    auto push(const Keys& keys, std::shared_ptr<Container> values, CompletionToken&& token) {
+        prepared p = prepare(std::span<const Key>(keys.data(), keys.size()));
+        if (!p.error) {
+            p.error = share_values(std::move(values), p);
+        }
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this](auto handler, prepared p) {
+                this->start_push(std::move(handler), std::move(p));
+            },
+            token, std::move(p));
+    }
+
     /// Reads the rows of `keys` (sorted, unique); rows never pushed read as zeros.
     /// Completion signature: `void(std::error_code, kv_pairs<Key, Value>)`.
     template <typename Keys, typename CompletionToken>
@@ -251,6 +283,31 @@ private:
                              std::vector<std::size_t>(shape.begin(), shape.end()));
         out = e;
         p.values = buf.share();
+        return {};
+    }
+
+    template <typename Container>
+    std::error_code share_values(std::shared_ptr<Container> c, prepared& p) {
+        if (!c) {
+            return errc::invalid_argument;
+        }
+        const std::size_t w = opts_.width;
+        bool ok = c->size() == p.count * w;
+        if constexpr (requires {
+                          c->shape();
+                          c->layout();
+                      }) {
+            const auto& shape = c->shape();
+            ok = ok && (c->layout() == xt::layout_type::row_major || shape.size() == 1) &&
+                 ((shape.size() == 1 && shape[0] == p.count * w) ||
+                  (shape.size() == 2 && shape[0] == p.count && shape[1] == w));
+        }
+        if (!ok) {
+            return errc::value_count_mismatch;
+        }
+        const Value* data = c->data();
+        p.values = shared_bytes(std::shared_ptr<const void>(std::move(c), data),
+                                std::as_bytes(std::span(data, p.count * w)));
         return {};
     }
 
