@@ -6,6 +6,7 @@
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -60,7 +61,7 @@ public:
     void add(const wire::message& m) override {
         const auto keys = m.keys().as<Key>();
         const auto values = m.values().as<Value>();
-        index_.reserve(index_.size() + keys.size());
+        reserve_for(keys);
         for (std::size_t i = 0; i < keys.size(); ++i) {
             const Value* src = values.data() + i * width_;
             auto [it, inserted] = index_.try_emplace(keys[i], data_.size());
@@ -91,6 +92,23 @@ public:
     [[nodiscard]] std::size_t size() const noexcept override { return index_.size(); }
 
 private:
+    /// Makes room for the keys not stored yet in one step (growing geometrically), so a
+    /// push of many new rows does not reallocate the rows once per doubling.
+    void reserve_for(std::span<const Key> keys) {
+        std::size_t fresh = 0;
+        for (Key k : keys) {
+            fresh += index_.find(k) == index_.end() ? 1 : 0;
+        }
+        if (fresh == 0) {
+            return;
+        }
+        index_.reserve(index_.size() + fresh);
+        const std::size_t need = data_.size() + fresh * width_;
+        if (need > data_.capacity()) {
+            data_.reserve(std::max(need, 2 * data_.capacity()));
+        }
+    }
+
     std::size_t width_;
     std::unordered_map<Key, std::size_t> index_;
     std::vector<Value> data_;
