@@ -159,11 +159,7 @@ public:
         if (!p.error) {
             p.error = copy_values(values.derived_cast(), p);
         }
-        return asio::async_initiate<CompletionToken, void(std::error_code)>(
-            [this](auto handler, prepared p) {
-                this->start_push(std::move(handler), std::move(p));
-            },
-            token, std::move(p));
+        return initiate_push(std::move(p), std::forward<CompletionToken>(token));
     }
 
     /// Adds `values`, `width` per key, given flat.
@@ -194,11 +190,7 @@ public:
         if (!p.error) {
             p.error = share_values(std::move(values), p);
         }
-        return asio::async_initiate<CompletionToken, void(std::error_code)>(
-            [this](auto handler, prepared p) {
-                this->start_push(std::move(handler), std::move(p));
-            },
-            token, std::move(p));
+        return initiate_push(std::move(p), std::forward<CompletionToken>(token));
     }
 
     /// Reads the rows of `keys` (sorted, unique); rows never pushed read as zeros.
@@ -238,6 +230,15 @@ private:
         std::size_t first = 0;
         std::size_t count = 0;
     };
+
+    template <typename CompletionToken>
+    auto initiate_push(prepared p, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this](auto handler, prepared p) {
+                this->start_push(std::move(handler), std::move(p));
+            },
+            token, std::move(p));
+    }
 
     prepared prepare(std::span<const Key> keys) {
         prepared p;

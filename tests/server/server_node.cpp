@@ -1,6 +1,7 @@
 #include <petrel/server/server_node.hpp>
 
 #include "support/cluster.hpp"
+#include "support/events.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -18,23 +19,19 @@
 
 using namespace std::chrono_literals;
 using petrel::errc;
+using petrel::test::bytes_of;
 using petrel::test::io_threads;
 using petrel::test::log_capture;
 using petrel::test::over_inproc;
 using petrel::test::over_tcp;
+using petrel::test::timeout;
 using petrel::test::transport_factory;
 namespace wire = petrel::wire;
 
 namespace {
 
-constexpr auto timeout = 10s;
 constexpr std::uint32_t server_id = 7;
 constexpr std::uint32_t client_id = 3;
-
-template <typename T>
-petrel::shared_bytes bytes_of(const std::vector<T>& v) {
-    return petrel::shared_bytes::copy_of(std::as_bytes(std::span(v)));
-}
 
 /// A request header for `keys` of type Key on a table of Value rows of `width`.
 template <typename Key, typename Value>

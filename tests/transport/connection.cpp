@@ -1,6 +1,7 @@
 #include <petrel/transport/connection.hpp>
 
 #include "support/cluster.hpp"
+#include "support/events.hpp"
 
 #include <asio/post.hpp>
 #include <catch2/catch.hpp>
@@ -19,20 +20,18 @@
 
 using namespace std::chrono_literals;
 using petrel::errc;
+using petrel::test::bytes_of;
+using petrel::test::drain;
+using petrel::test::events;
 using petrel::test::io_threads;
 using petrel::test::over_inproc;
 using petrel::test::over_tcp;
+using petrel::test::ready;
+using petrel::test::timeout;
 using petrel::test::transport_factory;
 namespace wire = petrel::wire;
 
 namespace {
-
-constexpr auto timeout = 10s;
-
-template <typename T>
-petrel::shared_bytes bytes_of(const std::vector<T>& v) {
-    return petrel::shared_bytes::copy_of(std::as_bytes(std::span(v)));
-}
 
 /// A valid push of `n` u64 keys from `first` with one float each: value of key k is k / 2.
 wire::message make_push(std::uint64_t id, std::uint64_t first, std::size_t n) {
@@ -51,72 +50,6 @@ wire::message make_push(std::uint64_t id, std::uint64_t first, std::size_t n) {
     m.set_segment(wire::keys_segment, bytes_of(keys));
     m.set_segment(wire::values_segment, bytes_of(values));
     return m;
-}
-
-/// What one side of connections saw. Declared before the io_threads, so that it outlives
-/// every handler that may still run on them.
-struct events {
-    std::mutex mutex;
-    std::vector<wire::message> messages;
-    std::vector<std::error_code> closes;
-    // Which connection each message came on. Only weak references: a connection must not
-    // outlive the io_context it runs on, and this object does.
-    std::vector<const petrel::connection*> senders;
-    std::weak_ptr<petrel::connection> first_sender;
-    std::size_t expected_messages = 0;
-    std::promise<void> all_messages;
-    std::promise<void> closed;
-
-    petrel::connection_handlers handlers() {
-        petrel::connection_handlers h;
-        h.on_message = [this](const petrel::connection_ptr& c, wire::message&& m) {
-            std::lock_guard lock(mutex);
-            messages.push_back(std::move(m));
-            if (senders.empty()) {
-                first_sender = c;
-            }
-            senders.push_back(c.get());
-            if (messages.size() == expected_messages) {
-                all_messages.set_value();
-            }
-        };
-        h.on_close = [this](const petrel::connection_ptr&, std::error_code ec) {
-            std::lock_guard lock(mutex);
-            closes.push_back(ec);
-            if (closes.size() == 1) {
-                closed.set_value();
-            }
-        };
-        return h;
-    }
-
-    std::size_t message_count() {
-        std::lock_guard lock(mutex);
-        return messages.size();
-    }
-    std::vector<std::error_code> close_codes() {
-        std::lock_guard lock(mutex);
-        return closes;
-    }
-    petrel::connection_ptr first_connection() {
-        std::lock_guard lock(mutex);
-        return first_sender.lock();
-    }
-};
-
-template <typename T>
-bool ready(std::future<T>& f) {
-    return f.wait_for(timeout) == std::future_status::ready;
-}
-
-/// Returns once the handlers queued on a one-thread io_context before the call have run.
-void drain(io_threads& io) {
-    for (int round = 0; round < 3; ++round) {
-        std::promise<void> p;
-        auto f = p.get_future();
-        asio::post(io.context(), [&p] { p.set_value(); });
-        REQUIRE(ready(f));
-    }
 }
 
 /// A listening transport and a connecting one of kind `Kind`, and one connection.

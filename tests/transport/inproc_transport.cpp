@@ -1,6 +1,7 @@
 #include <petrel/transport/inproc_transport.hpp>
 
 #include "support/cluster.hpp"
+#include "support/events.hpp"
 
 #include <asio/post.hpp>
 #include <asio/use_future.hpp>
@@ -21,18 +22,16 @@ using namespace std::chrono_literals;
 using petrel::errc;
 using petrel::inproc_hub;
 using petrel::inproc_transport;
+using petrel::test::bytes_of;
+using petrel::test::drain;
+using petrel::test::events;
 using petrel::test::io_threads;
 using petrel::test::log_capture;
+using petrel::test::ready;
+using petrel::test::timeout;
 namespace wire = petrel::wire;
 
 namespace {
-
-constexpr auto timeout = 10s;
-
-template <typename T>
-petrel::shared_bytes bytes_of(const std::vector<T>& v) {
-    return petrel::shared_bytes::copy_of(std::as_bytes(std::span(v)));
-}
 
 /// A valid pull of `keys` (u64) with request id `id`.
 wire::message make_pull(std::uint64_t id, const std::vector<std::uint64_t>& keys) {
@@ -56,73 +55,6 @@ wire::message make_unsorted_push() {
     m.set_segment(wire::keys_segment, bytes_of(std::vector<std::uint64_t>{3, 1}));
     m.set_segment(wire::values_segment, bytes_of(std::vector<float>{1, 2}));
     return m;
-}
-
-/// What one side of a connection saw, with handlers that record it. Declared before the
-/// io_threads, so that it outlives every handler that may still run on them.
-struct events {
-    std::mutex mutex;
-    std::vector<wire::message> messages;
-    std::vector<std::error_code> closes;
-    // Which connection each message came on. Only weak references: a connection must not
-    // outlive the io_context it runs on, and this object does.
-    std::vector<const petrel::connection*> senders;
-    std::weak_ptr<petrel::connection> first_sender;
-    std::size_t expected_messages = 0;
-    std::promise<void> all_messages;
-    std::promise<void> closed;
-    bool echo = false;
-
-    petrel::connection_handlers handlers() {
-        petrel::connection_handlers h;
-        h.on_message = [this](const petrel::connection_ptr& c, wire::message&& m) {
-            if (echo) {
-                auto r = wire::make_reply(m.header, wire::message_kind::push_reply);
-                c->send(std::move(r));
-            }
-            std::lock_guard lock(mutex);
-            messages.push_back(std::move(m));
-            if (senders.empty()) {
-                first_sender = c;
-            }
-            senders.push_back(c.get());
-            if (messages.size() == expected_messages) {
-                all_messages.set_value();
-            }
-        };
-        h.on_close = [this](const petrel::connection_ptr&, std::error_code ec) {
-            std::lock_guard lock(mutex);
-            closes.push_back(ec);
-            if (closes.size() == 1) {
-                closed.set_value();
-            }
-        };
-        return h;
-    }
-
-    std::size_t close_count() {
-        std::lock_guard lock(mutex);
-        return closes.size();
-    }
-    std::error_code first_close() {
-        std::lock_guard lock(mutex);
-        return closes.empty() ? std::error_code{} : closes.front();
-    }
-};
-
-template <typename T>
-bool ready(std::future<T>& f) {
-    return f.wait_for(timeout) == std::future_status::ready;
-}
-
-/// Returns once every handler queued on a one-thread io_context before the call has run.
-void drain(io_threads& io) {
-    for (int round = 0; round < 3; ++round) {
-        std::promise<void> p;
-        auto f = p.get_future();
-        asio::post(io.context(), [&p] { p.set_value(); });
-        REQUIRE(f.wait_for(timeout) == std::future_status::ready);
-    }
 }
 
 petrel::connection_ptr connect(inproc_transport& t, const std::string& name,
