@@ -19,7 +19,7 @@ const std::vector<errc> all_errors{
     errc::bad_message_kind, errc::value_type_mismatch, errc::key_type_mismatch,
     errc::width_mismatch,   errc::connection_closed,   errc::timed_out,
     errc::shut_down,        errc::no_server_for_key,   errc::invalid_argument,
-    errc::remote_error,
+    errc::remote_error,     errc::handler_failed,      errc::out_of_memory,
 };
 
 } // namespace
@@ -36,6 +36,7 @@ TEST_CASE("error: codes are numbered from 1 without gaps", "[core][error]") {
         CHECK(static_cast<int>(all_errors[i]) == static_cast<int>(i) + 1);
     }
     CHECK(static_cast<int>(errc::remote_error) == 19);
+    CHECK(petrel::last_errc == all_errors.back());
 }
 
 TEST_CASE("error: every code has its own message", "[core][error]") {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -188,4 +189,124 @@ TEST_CASE("tcp_transport: close ends every connection and lets the io_context fi
     for (auto& c : conns) {
         CHECK_FALSE(c->is_open());
     }
+}
+
+TEST_CASE("tcp_transport: nodes destroyed before their io_context runs leave nothing behind",
+          "[transport][tcp]") {
+    // Listening and connecting spawn coroutines; destroying their owners before the
+    // io_context ever ran must neither crash nor leak work that never ends.
+    asio::io_context io;
+    {
+        petrel::server_node server(petrel::tcp_transport(io.get_executor()));
+        const auto address = server.listen("127.0.0.1:0");
+        petrel::kv_store_options<key_t64> o;
+        o.servers = {{petrel::key_range<key_t64>::all(), address}};
+        petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.get_executor()), o);
+        std::vector<key_t64> keys{1};
+        kv.push(keys, xt::xtensor<float, 1>{1.0f}, [](std::error_code) {});
+    }
+    auto done = std::async(std::launch::async, [&] { io.run(); });
+    REQUIRE(done.wait_for(20s) == std::future_status::ready);
+}
+
+TEST_CASE("tcp_transport: a peer that never reads its replies cannot grow the server's queue",
+          "[transport][tcp]") {
+    io_threads io{1};
+    petrel::transport_options opts;
+    opts.max_send_queue_bytes = 1 << 20;
+    petrel::server_node server(petrel::tcp_transport(io.executor(), opts));
+    const auto address = server.listen("127.0.0.1:0");
+    const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+
+    // Each pull asks for 1000 keys x 16 floats of a table never pushed: 64 KB of zeros per
+    // 8 KB request. Without back-pressure the server would read every request and queue
+    // all the replies (2000 x 64 KB); with it, it stops reading after about 1 MiB of
+    // replies and the client's socket fills up.
+    std::vector<std::uint64_t> keys(1000);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    petrel::wire::message pull;
+    pull.header.kind = petrel::wire::message_kind::pull;
+    pull.header.width = 16;
+    pull.header.key_count = keys.size();
+    pull.header.range_end = petrel::key_space_end<std::uint64_t>;
+    pull.set_segment(petrel::wire::keys_segment,
+                     petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    std::vector<std::byte> frame;
+    petrel::wire::encode_head(pull, frame);
+    frame.insert(frame.end(), pull.keys().data(), pull.keys().data() + pull.keys().size());
+
+    asio::io_context raw;
+    asio::ip::tcp::socket s(raw);
+    s.connect({asio::ip::make_address("127.0.0.1"), port});
+    s.non_blocking(true);
+    constexpr int attempts = 2000;
+    int sent = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    std::size_t offset = 0; // bytes of the current frame already written
+    while (sent < attempts && std::chrono::steady_clock::now() < deadline) {
+        std::error_code ec;
+        const std::size_t n =
+            s.write_some(asio::buffer(frame.data() + offset, frame.size() - offset), ec);
+        if (ec == asio::error::would_block) {
+            // Give the server time to read more, if it still reads at all.
+            std::this_thread::sleep_for(20ms);
+            std::error_code again;
+            const std::size_t m =
+                s.write_some(asio::buffer(frame.data() + offset, frame.size() - offset), again);
+            if (again == asio::error::would_block) {
+                break; // the server stopped reading: back-pressure works
+            }
+            REQUIRE_FALSE(again);
+            offset += m;
+        } else {
+            REQUIRE_FALSE(ec);
+            offset += n;
+        }
+        if (offset == frame.size()) {
+            offset = 0;
+            ++sent;
+        }
+    }
+    CHECK(sent < attempts);
+
+    // Other workers are served meanwhile.
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {{petrel::key_range<key_t64>::all(), address}};
+    o.request_timeout = 20s;
+    petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
+    std::vector<key_t64> k{5};
+    kv.push(k, xt::xtensor<float, 1>{2.0f}, asio::use_future).get();
+    CHECK(kv.pull(k, asio::use_future).get().values()(0) == 2.0f);
+    std::error_code ignored;
+    s.close(ignored);
+}
+
+TEST_CASE("tcp_transport: a message handler that throws closes only its connection",
+          "[transport][tcp]") {
+    io_threads io{1};
+    log_capture log;
+    std::atomic<int> closed{0};
+    std::error_code close_code;
+    petrel::connection_handlers throwing;
+    throwing.on_message = [](const petrel::connection_ptr&, petrel::wire::message&&) {
+        throw std::runtime_error("handler refuses");
+    };
+    throwing.on_close = [&](const petrel::connection_ptr&, std::error_code ec) {
+        close_code = ec;
+        ++closed;
+    };
+    petrel::tcp_transport server(io.executor(), {.log = log.logger()});
+    petrel::tcp_transport client(io.executor());
+    const auto a = server.listen("127.0.0.1:0", throwing);
+    auto c = client.async_connect(a, {}, asio::use_future).get();
+    petrel::wire::message hello;
+    hello.header.kind = petrel::wire::message_kind::pull;
+    c->send(hello);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (closed == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    REQUIRE(closed == 1);
+    CHECK(close_code == petrel::errc::handler_failed);
+    CHECK_THAT(log.all(), Catch::Contains("handler refuses"));
 }

@@ -8,6 +8,7 @@
 namespace petrel {
 
 /// Errors reported by Petrel, as `std::error_code` values in `petrel::error_category()`.
+/// Their numbers are part of the wire format (the status of a reply).
 ///
 /// Every failure of an operation completes it with one of these (or a system error
 /// from the network). Messages say what happened and what to do about it.
@@ -34,7 +35,13 @@ enum class errc : int {
     no_server_for_key,
     invalid_argument,
     remote_error,
+    // Numbers travel in replies: new codes go at the end, existing ones never move.
+    handler_failed,
+    out_of_memory,
 };
+
+/// The highest `errc` value; a reply status above it is reported as `remote_error`.
+inline constexpr errc last_errc = errc::out_of_memory;
 
 namespace detail {
 
@@ -92,6 +99,11 @@ public:
             return "no server owns one of the keys: the configured server ranges do not cover it";
         case errc::invalid_argument:
             return "invalid argument";
+        case errc::handler_failed:
+            return "a message handler threw an exception; the connection was closed (see the "
+                   "node's log)";
+        case errc::out_of_memory:
+            return "the server ran out of memory applying the request; nothing was applied";
         case errc::remote_error:
             return "the server reported an error it could not name";
         }

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -95,6 +96,17 @@ private:
         mutable std::mutex mutex;
         std::map<std::uint32_t, std::unique_ptr<detail::table_base>> tables;
 
+        /// A reply's status: Petrel's own error codes travel as they are, any other as
+        /// errc::remote_error.
+        static std::uint32_t status_of(std::error_code ec) noexcept {
+            if (!ec) {
+                return 0;
+            }
+            return static_cast<std::uint32_t>(ec.category() == error_category()
+                                                  ? ec.value()
+                                                  : static_cast<int>(errc::remote_error));
+        }
+
         void handle(const connection_ptr& c, wire::message&& m) {
             const auto& h = m.header;
             switch (h.kind) {
@@ -102,7 +114,7 @@ private:
                 auto reply = wire::make_reply(h, wire::message_kind::push_reply);
                 reply.header.sender = opts.node_id;
                 reply.header.key_count = 0;
-                reply.header.status = static_cast<std::uint32_t>(push(m).value());
+                reply.header.status = status_of(push(m));
                 c->send(std::move(reply));
                 return;
             }
@@ -110,7 +122,7 @@ private:
                 auto reply = wire::make_reply(h, wire::message_kind::pull_reply);
                 reply.header.sender = opts.node_id;
                 if (auto ec = pull(m, reply)) {
-                    reply.header.status = static_cast<std::uint32_t>(ec.value());
+                    reply.header.status = status_of(ec);
                     reply.header.key_count = 0;
                 }
                 c->send(std::move(reply));
@@ -133,12 +145,20 @@ private:
                 return errc::invalid_argument; // variable-length rows: not supported by tables
             }
             auto it = tables.find(m.header.table_id);
-            if (it == tables.end()) {
+            const bool created = it == tables.end();
+            if (created) {
                 it = tables.emplace(m.header.table_id, detail::make_table(m.header)).first;
             } else if (auto ec = it->second->check(m.header)) {
                 return ec;
             }
-            it->second->add(m);
+            try {
+                it->second->add(m); // all or nothing
+            } catch (const std::bad_alloc&) {
+                if (created) {
+                    tables.erase(it);
+                }
+                return errc::out_of_memory;
+            }
             return {};
         }
 

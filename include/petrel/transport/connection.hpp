@@ -62,6 +62,11 @@ struct transport_options {
     std::shared_ptr<buffer_pool> pool{};
     /// Where connection failures and bad frames are reported.
     logger log = stderr_logger();
+    /// Bytes an accepted connection may hold queued for sending; beyond this it stops
+    /// reading from its peer until half of them are sent, so a peer that sends requests
+    /// but never reads the replies cannot make a server buffer without bound.
+    /// (Connecting ends always read: the replies they receive free memory.)
+    std::size_t max_send_queue_bytes = std::size_t{256} << 20;
 };
 
 } // namespace petrel

@@ -68,8 +68,17 @@ private:
             finish(ec, true);
             return;
         }
-        if (handlers_.on_message) {
+        if (!handlers_.on_message) {
+            return;
+        }
+        try {
             handlers_.on_message(shared_from_this(), std::move(m));
+        } catch (const std::exception& e) {
+            if (log_) {
+                log_(log_level::error, "closing connection with " + remote_ +
+                                           ": message handler failed: " + e.what());
+            }
+            finish(errc::handler_failed, true);
         }
     }
 

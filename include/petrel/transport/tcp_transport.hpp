@@ -49,15 +49,17 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     }
 
     /// Wraps a connected socket, registers it and starts its loops; nullptr after close().
-    std::shared_ptr<tcp_connection> adopt(asio::ip::tcp::socket socket, connection_handlers h) {
+    std::shared_ptr<tcp_connection> adopt(asio::ip::tcp::socket socket, connection_handlers h,
+                                          bool accepted) {
         std::weak_ptr<tcp_transport_state> weak = weak_from_this();
+        auto forget = [weak](tcp_connection* gone) {
+            if (auto s = weak.lock()) {
+                std::lock_guard lock(s->mutex);
+                s->connections.erase(gone);
+            }
+        };
         auto conn = std::make_shared<tcp_connection>(std::move(socket), opts, std::move(h),
-                                                     [weak](tcp_connection* gone) {
-                                                         if (auto s = weak.lock()) {
-                                                             std::lock_guard lock(s->mutex);
-                                                             s->connections.erase(gone);
-                                                         }
-                                                     });
+                                                     std::move(forget), accepted);
         {
             std::lock_guard lock(mutex);
             if (closed) {
@@ -69,35 +71,37 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         return conn;
     }
 
-    asio::awaitable<void> accept_loop(std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
-                                      connection_handlers h) {
-        auto self = shared_from_this();
+    // The coroutines below are static and take their owner as a parameter: the coroutine
+    // frame holds it from the spawn on, so the state cannot die between co_spawn and the
+    // first resumption.
+    static asio::awaitable<void> accept_loop(std::shared_ptr<tcp_transport_state> self,
+                                             std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
+                                             connection_handlers h) {
         for (;;) {
             std::error_code ec;
             asio::ip::tcp::socket socket = co_await acceptor->async_accept(
-                asio::make_strand(ex), asio::redirect_error(asio::use_awaitable, ec));
+                asio::make_strand(self->ex), asio::redirect_error(asio::use_awaitable, ec));
             if (ec) {
                 if (ec == asio::error::operation_aborted || !acceptor->is_open()) {
                     co_return;
                 }
-                log(log_level::warning, "accept failed: " + ec.message());
-                asio::steady_timer pause(ex, std::chrono::milliseconds(50));
+                self->log(log_level::warning, "accept failed: " + ec.message());
+                asio::steady_timer pause(self->ex, std::chrono::milliseconds(50));
                 co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
                 continue;
             }
-            adopt(std::move(socket), h);
+            self->adopt(std::move(socket), h, true);
         }
     }
 
-    asio::awaitable<std::pair<std::error_code, connection_ptr>> connect(std::string address,
-                                                                        connection_handlers h) {
-        auto self = shared_from_this();
+    static asio::awaitable<std::pair<std::error_code, connection_ptr>>
+    connect(std::shared_ptr<tcp_transport_state> self, std::string address, connection_handlers h) {
         const auto hp = parse_host_port(address);
         if (!hp) {
             co_return std::pair{make_error_code(errc::invalid_argument), connection_ptr{}};
         }
         std::error_code ec;
-        asio::ip::tcp::resolver resolver(ex);
+        asio::ip::tcp::resolver resolver(self->ex);
         auto endpoints = co_await resolver.async_resolve(
             hp->host, std::to_string(hp->port), asio::redirect_error(asio::use_awaitable, ec));
         if (ec) {
@@ -105,7 +109,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         }
         auto strand = co_await asio::this_coro::executor;
         asio::ip::tcp::socket socket(strand);
-        asio::steady_timer deadline(strand, connect_timeout);
+        asio::steady_timer deadline(strand, self->connect_timeout);
         // Both the timer's handler and this coroutine run on `strand`; `state` tells the
         // handler whether the coroutine still waits in async_connect (0), has moved on (1),
         // or was timed out (2).
@@ -127,7 +131,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         if (ec) {
             co_return std::pair{ec, connection_ptr{}};
         }
-        auto conn = adopt(std::move(socket), std::move(h));
+        auto conn = self->adopt(std::move(socket), std::move(h), false);
         if (!conn) {
             co_return std::pair{make_error_code(errc::shut_down), connection_ptr{}};
         }
@@ -248,7 +252,8 @@ public:
             }
             state_->acceptors.push_back(acceptor);
         }
-        asio::co_spawn(acceptor->get_executor(), state_->accept_loop(acceptor, std::move(h)),
+        asio::co_spawn(acceptor->get_executor(),
+                       detail::tcp_transport_state::accept_loop(state_, acceptor, std::move(h)),
                        asio::detached);
         const auto host = bound.address().to_string();
         return (bound.address().is_v6() ? "[" + host + "]" : host) + ":" +
@@ -263,7 +268,8 @@ public:
                 detail::completion done(std::move(handler), state->ex);
                 auto strand = asio::make_strand(state->ex);
                 asio::co_spawn(
-                    strand, state->connect(std::move(addr), std::move(hs)),
+                    strand,
+                    detail::tcp_transport_state::connect(state, std::move(addr), std::move(hs)),
                     [done = std::move(done)](std::exception_ptr ep,
                                              std::pair<std::error_code, connection_ptr> r) mutable {
                         if (ep) {

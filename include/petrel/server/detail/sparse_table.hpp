@@ -58,20 +58,38 @@ public:
         : table_base(wire::scalar_type_of<Key>, wire::scalar_type_of<Value>, width), width_(width) {
     }
 
+    /// All or nothing: the rows of new keys are created first (the only step that
+    /// allocates); if that fails, they are removed again and the exception propagates
+    /// with the table as it was. Then the values are added, which cannot fail.
     void add(const wire::message& m) override {
         const auto keys = m.keys().as<Key>();
         const auto values = m.values().as<Value>();
-        reserve_for(keys);
+        const std::size_t old_rows = data_.size();
+        std::vector<std::size_t> rows(keys.size()); // where each key's row starts
+        std::vector<Key> created;
+        created.reserve(keys.size());
+        try {
+            reserve_for(keys);
+            for (std::size_t i = 0; i < keys.size(); ++i) {
+                auto [it, inserted] = index_.try_emplace(keys[i], data_.size());
+                if (inserted) {
+                    created.push_back(keys[i]);
+                    data_.resize(data_.size() + width_, Value{});
+                }
+                rows[i] = it->second;
+            }
+        } catch (...) {
+            for (Key k : created) {
+                index_.erase(k);
+            }
+            data_.resize(old_rows);
+            throw;
+        }
         for (std::size_t i = 0; i < keys.size(); ++i) {
             const Value* src = values.data() + i * width_;
-            auto [it, inserted] = index_.try_emplace(keys[i], data_.size());
-            if (inserted) {
-                data_.insert(data_.end(), src, src + width_);
-            } else {
-                Value* dst = data_.data() + it->second;
-                for (std::size_t j = 0; j < width_; ++j) {
-                    dst[j] += src[j];
-                }
+            Value* dst = data_.data() + rows[i];
+            for (std::size_t j = 0; j < width_; ++j) {
+                dst[j] += src[j];
             }
         }
     }

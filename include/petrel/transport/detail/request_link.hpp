@@ -32,7 +32,7 @@ using reply_callback = std::function<void(std::error_code, wire::message&&)>;
     if (status == 0) {
         return {};
     }
-    if (status <= static_cast<std::uint32_t>(errc::remote_error)) {
+    if (status <= static_cast<std::uint32_t>(last_errc)) {
         return make_error_code(static_cast<errc>(status));
     }
     return make_error_code(errc::remote_error);
@@ -157,6 +157,10 @@ private:
         {
             std::lock_guard lock(mutex_);
             backlog.swap(backlog_);
+            if (!ec && !closed_ && (!c || !c->is_open())) {
+                // Closed before this completion ran: its on_close found no conn_ to reset.
+                ec = make_error_code(errc::connection_closed);
+            }
             if (closed_ || ec) {
                 phase_ = phase::idle;
                 failed = take_all(); // only the backlog was waiting

@@ -19,7 +19,10 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,9 +31,17 @@ namespace petrel::detail {
 class tcp_connection final : public connection,
                              public std::enable_shared_from_this<tcp_connection> {
 public:
+    /// `accepted`: this end was accepted by a listener. Only such an end holds back its
+    /// reads when its send queue is full: its peer sends requests and must read the
+    /// replies, while the connecting end always reads (its replies free memory), so two
+    /// ends can never wait for each other.
     tcp_connection(asio::ip::tcp::socket socket, const transport_options& opts,
-                   connection_handlers handlers, std::function<void(tcp_connection*)> on_gone)
+                   connection_handlers handlers, std::function<void(tcp_connection*)> on_gone,
+                   bool accepted)
         : socket_(std::move(socket)), wake_(socket_.get_executor()),
+          drained_(socket_.get_executor()),
+          max_queued_bytes_(accepted ? opts.max_send_queue_bytes
+                                     : std::numeric_limits<std::size_t>::max()),
           decoder_(opts.limits, opts.pool), handlers_(std::move(handlers)), log_(opts.log),
           on_gone_(std::move(on_gone)) {
         std::error_code ec;
@@ -79,6 +90,7 @@ private:
         if (closed_) {
             return;
         }
+        queued_bytes_ += o.bytes;
         queue_.push_back(std::move(o));
         if (writing_) {
             return; // the write loop picks it up after the current write
@@ -89,7 +101,9 @@ private:
             std::error_code ec;
             const std::size_t n = socket_.write_some(buffers, ec);
             if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-                finish(ec);
+                // Not finish() here: that would run completions inside the caller's send().
+                // The write loop meets the same error and ends the connection.
+                wake_.cancel_one();
                 return;
             }
             consume(ec ? 0 : n);
@@ -141,7 +155,11 @@ private:
             }
             n -= left;
             front_written_ = 0;
+            queued_bytes_ -= queue_.front().bytes;
             queue_.pop_front();
+        }
+        if (queued_bytes_ <= max_queued_bytes_ / 2) {
+            drained_.cancel(); // a read loop held back by the queue may go on
         }
     }
 
@@ -149,6 +167,15 @@ private:
         const connection_ptr as_connection = self;
         for (;;) {
             std::error_code ec;
+            // Backpressure: while the replies to this peer pile up unsent (it does not read),
+            // stop reading its requests.
+            while (queued_bytes_ > max_queued_bytes_ && !closed_) {
+                drained_.expires_at(asio::steady_timer::time_point::max());
+                co_await drained_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+            }
+            if (closed_) {
+                co_return;
+            }
             const auto buf = decoder_.buffer();
             const std::size_t n =
                 co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()),
@@ -157,11 +184,28 @@ private:
                 finish(ec == asio::error::eof ? make_error_code(errc::connection_closed) : ec);
                 co_return;
             }
-            const auto err = decoder_.consume(n, [&](wire::message&& m) {
-                if (!closed_ && handlers_.on_message) {
-                    handlers_.on_message(as_connection, std::move(m));
+            std::error_code err;
+            try {
+                err = decoder_.consume(n, [&](wire::message&& m) {
+                    if (!closed_ && handlers_.on_message) {
+                        handlers_.on_message(as_connection, std::move(m));
+                    }
+                });
+            } catch (const std::bad_alloc&) {
+                if (log_) {
+                    log_(log_level::error, "closing connection with " + remote_ +
+                                               ": out of memory while handling a message");
                 }
-            });
+                finish(std::make_error_code(std::errc::not_enough_memory));
+                co_return;
+            } catch (const std::exception& e) {
+                if (log_) {
+                    log_(log_level::error, "closing connection with " + remote_ +
+                                               ": message handler failed: " + e.what());
+                }
+                finish(errc::handler_failed);
+                co_return;
+            }
             if (err) {
                 if (log_) {
                     log_(log_level::warning, "closing connection with " + remote_ +
@@ -212,8 +256,10 @@ private:
         socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
         socket_.close(ignored);
         wake_.cancel();
+        drained_.cancel();
         if (!writing_) {
             queue_.clear();
+            queued_bytes_ = 0;
         }
         auto on_close = std::move(handlers_.on_close);
         handlers_ = {};
@@ -226,7 +272,10 @@ private:
     }
 
     asio::ip::tcp::socket socket_;
-    asio::steady_timer wake_;
+    asio::steady_timer wake_;    // wakes the write loop
+    asio::steady_timer drained_; // wakes a read loop held back by a full send queue
+    std::size_t max_queued_bytes_;
+    std::size_t queued_bytes_ = 0; // whole messages queued, written or not
     wire::frame_decoder decoder_;
     connection_handlers handlers_;
     logger log_;
