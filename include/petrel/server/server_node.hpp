@@ -169,14 +169,19 @@ private:
             if (wire::padded(bytes) > limits.max_frame_bytes) {
                 return errc::frame_too_large; // the reply would exceed what peers accept
             }
-            pooled_buffer out = pool->acquire(bytes);
+            // The table's types and width are checked before the reply is allocated.
+            pooled_buffer out;
             {
                 std::lock_guard lock(mutex);
                 auto it = tables.find(h.table_id);
+                if (it != tables.end()) {
+                    if (auto ec = it->second->check(h)) {
+                        return ec;
+                    }
+                }
+                out = pool->acquire(bytes);
                 if (it == tables.end()) {
                     std::memset(out.data(), 0, bytes);
-                } else if (auto ec = it->second->check(h)) {
-                    return ec;
                 } else {
                     it->second->read(m, out.data());
                 }

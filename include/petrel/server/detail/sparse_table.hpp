@@ -60,34 +60,17 @@ public:
 
     /// All or nothing: the rows of new keys are created first (the only step that
     /// allocates); if that fails, they are removed again and the exception propagates
-    /// with the table as it was. Then the values are added, which cannot fail.
+    /// with the table as it was. Then the values are added, which cannot fail. A push
+    /// of keys that all exist allocates nothing.
     void add(const wire::message& m) override {
         const auto keys = m.keys().as<Key>();
         const auto values = m.values().as<Value>();
-        const std::size_t old_rows = data_.size();
-        std::vector<std::size_t> rows(keys.size()); // where each key's row starts
-        std::vector<Key> created;
-        created.reserve(keys.size());
-        try {
-            reserve_for(keys);
-            for (std::size_t i = 0; i < keys.size(); ++i) {
-                auto [it, inserted] = index_.try_emplace(keys[i], data_.size());
-                if (inserted) {
-                    created.push_back(keys[i]);
-                    data_.resize(data_.size() + width_, Value{});
-                }
-                rows[i] = it->second;
-            }
-        } catch (...) {
-            for (Key k : created) {
-                index_.erase(k);
-            }
-            data_.resize(old_rows);
-            throw;
+        if (const std::size_t fresh = count_new(keys); fresh > 0) {
+            insert_rows(keys, fresh);
         }
         for (std::size_t i = 0; i < keys.size(); ++i) {
             const Value* src = values.data() + i * width_;
-            Value* dst = data_.data() + rows[i];
+            Value* dst = data_.data() + index_.find(keys[i])->second;
             for (std::size_t j = 0; j < width_; ++j) {
                 dst[j] += src[j];
             }
@@ -110,20 +93,38 @@ public:
     [[nodiscard]] std::size_t size() const noexcept override { return index_.size(); }
 
 private:
-    /// Makes room for the keys not stored yet in one step (growing geometrically), so a
-    /// push of many new rows does not reallocate the rows once per doubling.
-    void reserve_for(std::span<const Key> keys) {
+    [[nodiscard]] std::size_t count_new(std::span<const Key> keys) const {
         std::size_t fresh = 0;
         for (Key k : keys) {
-            fresh += index_.find(k) == index_.end() ? 1 : 0;
+            fresh += index_.contains(k) ? 0 : 1;
         }
-        if (fresh == 0) {
-            return;
-        }
-        index_.reserve(index_.size() + fresh);
-        const std::size_t need = data_.size() + fresh * width_;
-        if (need > data_.capacity()) {
-            data_.reserve(std::max(need, 2 * data_.capacity()));
+        return fresh;
+    }
+
+    /// Adds zero rows for the `fresh` keys not stored yet, growing the storage once
+    /// (geometrically); on failure removes what it added and rethrows.
+    void insert_rows(std::span<const Key> keys, std::size_t fresh) {
+        const std::size_t old_rows = data_.size();
+        std::vector<Key> created;
+        try {
+            created.reserve(fresh);
+            index_.reserve(index_.size() + fresh);
+            const std::size_t need = data_.size() + fresh * width_;
+            if (need > data_.capacity()) {
+                data_.reserve(std::max(need, 2 * data_.capacity()));
+            }
+            for (Key k : keys) {
+                if (index_.try_emplace(k, data_.size()).second) {
+                    created.push_back(k);
+                    data_.resize(data_.size() + width_, Value{});
+                }
+            }
+        } catch (...) {
+            for (Key k : created) {
+                index_.erase(k);
+            }
+            data_.resize(old_rows);
+            throw;
         }
     }
 
