@@ -133,7 +133,7 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
     io_thread worker_io;
     petrel::server_node server(petrel::tcp_transport(server_io.executor()));
     petrel::kv_store_options<std::uint64_t> o;
-    o.servers = {{petrel::key_range<std::uint64_t>::all(), server.listen("127.0.0.1:0")}};
+    o.servers = {server.listen("127.0.0.1:0")};
     o.width = width;
     petrel::kv_store<std::uint64_t, float> kv(petrel::tcp_transport(worker_io.executor()), o);
 

@@ -62,9 +62,7 @@ int main() {
     petrel::server_node s0(petrel::tcp_transport(io.get_executor()));
     petrel::server_node s1(petrel::tcp_transport(io.get_executor()));
     petrel::kv_store_options<std::uint64_t> options;
-    options.servers = {
-        {{0, features / 2}, s0.listen("127.0.0.1:0")},
-        {{features / 2, petrel::key_space_end<std::uint64_t>}, s1.listen("127.0.0.1:0")}};
+    options.servers = {s0.listen("127.0.0.1:0"), s1.listen("127.0.0.1:0")};
 
     // Synthetic data with known weights and a little noise.
     xt::random::seed(7);

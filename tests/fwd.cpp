@@ -92,8 +92,8 @@ TEST_CASE("fwd.hpp: the declarations name the defined types", "[fwd]") {
     STATIC_REQUIRE(std::is_same_v<petrel::key_range<std::uint32_t>::key_type, std::uint32_t>);
     STATIC_REQUIRE(
         std::is_same_v<petrel::kv_store_options<std::uint64_t>, user::store::options_type>);
-    STATIC_REQUIRE(std::is_same_v<decltype(petrel::server_route<std::uint64_t>{}.range),
-                                  petrel::key_range<std::uint64_t>>);
+    STATIC_REQUIRE(std::is_same_v<decltype(petrel::kv_store_options<std::uint64_t>{}.ring),
+                                  petrel::ring_options>);
     STATIC_REQUIRE(
         std::is_same_v<decltype(petrel::transport_options{}.limits), petrel::wire::wire_limits>);
     STATIC_REQUIRE(
@@ -130,7 +130,7 @@ TEST_CASE("fwd.hpp: functions declared with forward-declared types take the real
     petrel::inproc_hub hub;
     petrel::server_node server(petrel::inproc_transport(io.executor(), hub));
     petrel::kv_store_options<std::uint64_t> so;
-    so.servers = {{petrel::key_range<std::uint64_t>::all(), server.listen("")}};
+    so.servers = {server.listen("")};
     const user::store kv(petrel::inproc_transport(io.executor(), hub), so);
     t.kv = &kv;
     t.server = &server;

@@ -34,7 +34,7 @@ struct one_server {
 
     petrel::kv_store_options<key_t64> options(std::size_t width = 1) {
         petrel::kv_store_options<key_t64> o;
-        o.servers = {{petrel::key_range<key_t64>::all(), address}};
+        o.servers = {address};
         o.width = width;
         o.request_timeout = 20s;
         return o;
@@ -167,7 +167,7 @@ TEMPLATE_TEST_CASE("kv_store: two servers and two workers give exact sums", "[kv
     const auto a0 = s0.listen(factory.listen_address());
     const auto a1 = s1.listen(factory.listen_address());
     petrel::kv_store_options<key_t64> o;
-    o.servers = {{{0, 500}, a0}, {{500, petrel::key_space_end<key_t64>}, a1}};
+    o.servers = {a0, a1};
     petrel::kv_store<key_t64, float> w0(factory.make(io.executor()), o);
     petrel::kv_store<key_t64, float> w1(factory.make(io.executor()), o);
 
@@ -182,8 +182,10 @@ TEMPLATE_TEST_CASE("kv_store: two servers and two workers give exact sums", "[kv
     for (auto& f : pushes) {
         f.get();
     }
-    CHECK(s0.key_count(0) == 500);
-    CHECK(s1.key_count(0) == 500);
+    // The ring spreads dense keys: both servers hold some, together all of them.
+    CHECK(s0.key_count(0) > 0);
+    CHECK(s1.key_count(0) > 0);
+    CHECK(s0.key_count(0) + s1.key_count(0) == 1000);
     auto got0 = w0.pull(keys, asio::use_future).get();
     auto got1 = w1.pull(keys, asio::use_future).get();
     CHECK((got0.values() == xt::xtensor<float, 1>(xt::ones<float>({keys.size()}) * 30.0f)));
@@ -191,18 +193,16 @@ TEMPLATE_TEST_CASE("kv_store: two servers and two workers give exact sums", "[kv
     CHECK((got0.keys() == xt::adapt(keys)));
 }
 
-TEMPLATE_TEST_CASE("kv_store: keys no server owns are refused before anything is sent",
+TEMPLATE_TEST_CASE("kv_store: the reserved largest key is refused before anything is sent",
                    "[kv_store]", over_tcp, over_inproc) {
     one_server<TestType> c;
-    auto o = c.options();
-    o.servers[0].range = {0, 100};
-    petrel::kv_store<key_t64, float> kv(c.factory.make(c.io.executor()), o);
-    std::vector<key_t64> keys{50, 150};
+    auto kv = c.worker();
+    std::vector<key_t64> keys{50, petrel::key_space_end<key_t64>};
     try {
         kv.push(keys, xt::xtensor<float, 1>{1.0f, 1.0f}, asio::use_future).get();
         FAIL("push should fail");
     } catch (const std::system_error& e) {
-        CHECK(e.code() == petrel::errc::no_server_for_key);
+        CHECK(e.code() == petrel::errc::key_out_of_range);
     }
     CHECK(c.server.key_count(0) == 0);
 }
@@ -241,7 +241,7 @@ TEST_CASE("kv_store: a server that never answers times out", "[kv_store]") {
     asio::ip::tcp::acceptor silent(io.context(), {asio::ip::make_address("127.0.0.1"), 0});
     const auto address = "127.0.0.1:" + std::to_string(silent.local_endpoint().port());
     petrel::kv_store_options<key_t64> o;
-    o.servers = {{petrel::key_range<key_t64>::all(), address}};
+    o.servers = {address};
     o.request_timeout = 200ms;
     petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
     std::vector<key_t64> keys{1};
@@ -263,7 +263,7 @@ TEST_CASE("kv_store: an unreachable server fails the call", "[kv_store]") {
         port = probe.local_endpoint().port();
     }
     petrel::kv_store_options<key_t64> o;
-    o.servers = {{petrel::key_range<key_t64>::all(), "127.0.0.1:" + std::to_string(port)}};
+    o.servers = {"127.0.0.1:" + std::to_string(port)};
     petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
     std::vector<key_t64> keys{1};
     CHECK_THROWS_AS(kv.pull(keys, asio::use_future).get(), std::system_error);
@@ -274,10 +274,14 @@ TEST_CASE("kv_store: inconsistent options are refused at construction", "[kv_sto
     petrel::kv_store_options<key_t64> o;
     CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
-    o.servers = {{{0, 10}, "127.0.0.1:1"}, {{5, 20}, "127.0.0.1:2"}};
+    o.servers = {"127.0.0.1:1", "127.0.0.1:1"};
     CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
-    o.servers = {{{0, 10}, "127.0.0.1:1"}};
+    o.servers = {"127.0.0.1:1"};
+    o.ring.partitions = 1000; // not a power of two
+    CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
+                    std::invalid_argument);
+    o.ring = {};
     o.width = 0;
     CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);

@@ -31,7 +31,10 @@ TEST_CASE("petrel.hpp: the public names are reachable", "[umbrella]") {
     STATIC_REQUIRE(std::is_class_v<petrel::kv_pairs<k64, float>>);
     STATIC_REQUIRE(std::is_class_v<petrel::kv_store<k64, float>>);
     STATIC_REQUIRE(std::is_class_v<petrel::kv_store_options<k64>>);
-    STATIC_REQUIRE(std::is_class_v<petrel::server_route<k64>>);
+    STATIC_REQUIRE(std::is_class_v<petrel::ring>);
+    STATIC_REQUIRE(std::is_class_v<petrel::manager_node>);
+    STATIC_REQUIRE(std::is_class_v<petrel::member>);
+    STATIC_REQUIRE(std::is_class_v<petrel::worker_node>);
     STATIC_REQUIRE(std::is_class_v<petrel::server_node>);
     STATIC_REQUIRE(std::is_class_v<petrel::buffer_pool>);
     STATIC_REQUIRE(std::is_class_v<petrel::wire::frame_decoder>);
@@ -58,7 +61,7 @@ TEST_CASE("petrel.hpp: a worker and a server in one process", "[umbrella]") {
     const auto address = server.listen("");
 
     petrel::kv_store_options<std::uint64_t> o;
-    o.servers = {{petrel::key_range<std::uint64_t>::all(), address}};
+    o.servers = {address};
     o.request_timeout = 10s;
     petrel::kv_store<std::uint64_t, float> kv(petrel::inproc_transport(io.executor(), hub), o);
 

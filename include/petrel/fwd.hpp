@@ -15,8 +15,6 @@ class vector_clock;
 template <key Key, typename Value>
 class kv_pairs;
 template <key Key>
-struct server_route;
-template <key Key>
 struct kv_store_options;
 template <key Key, typename Value>
 class kv_store;
@@ -33,6 +31,17 @@ class inproc_transport;
 class inproc_hub;
 struct server_options;
 class server_node;
+struct ring_options;
+class ring;
+struct node_info;
+struct membership_view;
+struct manager_options;
+class manager_node;
+struct member_options;
+class member;
+class worker_node;
+struct config;
+struct settings;
 
 enum class errc : int;
 

@@ -1,11 +1,16 @@
 // Petrel: the worker-side handle to a table of parameters.
 #pragma once
 
+#include <petrel/cluster/member.hpp>
+#include <petrel/cluster/ring.hpp>
+#include <petrel/cluster/view.hpp>
+#include <petrel/cluster/worker_node.hpp>
 #include <petrel/core/buffer_pool.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/key.hpp>
 #include <petrel/core/key_range.hpp>
 #include <petrel/core/kv_pairs.hpp>
+#include <petrel/core/log.hpp>
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
@@ -25,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,24 +44,23 @@
 
 namespace petrel {
 
-/// A server and the keys it owns.
-template <key Key>
-struct server_route {
-    key_range<Key> range;
-    std::string address;
-};
-
 template <key Key>
 struct kv_store_options {
-    /// The servers and their key ranges (disjoint). Keys outside every range are an error.
-    std::vector<server_route<Key>> servers;
+    /// Without a cluster: the servers' addresses. Keys are placed on them by a `ring`
+    /// made from this list (in this order), as a job's manager would place them.
+    /// Ignored when the store is made from a `worker_node` (the job's view decides).
+    std::vector<std::string> servers{};
+    /// The ring's shape, without a cluster.
+    ring_options ring{};
     /// Which table of the servers this handle reads and writes.
     std::uint32_t table_id = 0;
     /// Values per key: 1 for scalars, the row length for embeddings.
     std::size_t width = 1;
-    /// This node's id, written as the sender of its requests.
+    /// This node's id, written as the sender of its requests (a worker's own id when
+    /// made from a `worker_node`).
     std::uint32_t node_id = 0;
-    /// Every push and pull completes by then, with `errc::timed_out` if no reply came.
+    /// Every push and pull completes by then, with `errc::timed_out` if no reply came
+    /// (a worker's request timeout when made from a `worker_node`).
     std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
 };
 
@@ -80,20 +85,26 @@ concept contiguous_values = requires(const C& c) {
 /// The worker-side handle to one table on a set of servers.
 ///
 /// `push(keys, values, token)` adds values to the servers' rows; `pull(keys, token)`
-/// reads them back. Keys must be sorted and unique. The keys are split by owning server,
-/// the slices travel in parallel, and a pull's slices are put back in key order. Values
+/// reads them back. Keys must be sorted and unique. The keys are split by owning server
+/// (the ring of the job's view), the slices travel in parallel, and a pull's slices are
+/// put back in the caller's key order. Values
 /// are xtensor expressions of shape `[n]` (scalars) or `[n, width]` (rows); a pull yields
 /// a `kv_pairs` whose values adapt the received bytes without copying.
 ///
 /// Every operation takes an Asio completion token, so the same call serves coroutines
 /// (`asio::use_awaitable`), plain loops (`asio::use_future`) and callbacks. Keys and values
 /// are copied before the call returns, so the caller's buffers may be reused at once.
-/// Every operation completes, at the latest after `request_timeout`.
+/// Every operation completes, at the latest after `request_timeout`; when the job's
+/// manager declares a server failed, the operations waiting on it complete at once with
+/// `errc::node_failed` (and the worker's log names the server).
 ///
 /// @par Example
 /// @code
-/// petrel::kv_store<std::uint64_t, float> kv(petrel::tcp_transport(io.get_executor()),
-///                                           {.servers = {{{0, 1000}, address}}});
+/// // In a job (see petrel::run): placement and addresses come from the manager.
+/// petrel::kv_store<std::uint64_t, float> kv(worker);
+/// // Without a cluster: a list of server addresses.
+/// petrel::kv_store<std::uint64_t, float> kv2(petrel::tcp_transport(io.get_executor()),
+///                                            {.servers = {"10.0.0.1:9100", "10.0.0.2:9100"}});
 /// std::vector<std::uint64_t> keys{1, 3, 7};
 /// xt::xtensor<float, 1> grad = {0.5f, 1.0f, -2.0f};
 /// kv.push(keys, grad, asio::use_future).get();
@@ -114,38 +125,88 @@ public:
     using executor_type = asio::any_io_executor;
     using options_type = kv_store_options<Key>;
 
-    /// @throws std::invalid_argument when the options are inconsistent (no servers,
-    /// overlapping or empty ranges, width 0).
+    /// A store on the servers listed in `opts.servers`, without a cluster.
+    /// @throws std::invalid_argument when the options are inconsistent (no servers, a
+    /// server listed twice, width 0, bad ring options).
     kv_store(any_transport transport, options_type opts)
-        : transport_(std::move(transport)), opts_(std::move(opts)) {
+        : transport_(std::move(transport)), opts_(std::move(opts)), log_(transport_.options().log) {
+        check_width();
         if (opts_.servers.empty()) {
             throw std::invalid_argument("petrel::kv_store: no servers given");
         }
-        if (opts_.width == 0 || opts_.width > std::numeric_limits<std::uint32_t>::max()) {
-            throw std::invalid_argument("petrel::kv_store: width must be at least 1");
-        }
-        std::sort(opts_.servers.begin(), opts_.servers.end(),
-                  [](const auto& a, const auto& b) { return a.range.begin < b.range.begin; });
+        membership_view v;
+        v.version = 1;
+        std::vector<node_id> ids;
         for (std::size_t i = 0; i < opts_.servers.size(); ++i) {
-            if (opts_.servers[i].range.empty()) {
-                throw std::invalid_argument("petrel::kv_store: empty key range for server " +
-                                            opts_.servers[i].address);
+            for (std::size_t j = 0; j < i; ++j) {
+                if (opts_.servers[i] == opts_.servers[j]) {
+                    throw std::invalid_argument("petrel::kv_store: server " + opts_.servers[i] +
+                                                " is listed twice");
+                }
             }
-            if (i > 0 && opts_.servers[i - 1].range.end > opts_.servers[i].range.begin) {
-                throw std::invalid_argument("petrel::kv_store: key ranges of servers " +
-                                            opts_.servers[i - 1].address + " and " +
-                                            opts_.servers[i].address + " overlap");
-            }
-            links_.push_back(std::make_shared<detail::request_link>(
-                transport_, opts_.servers[i].address, opts_.request_timeout));
+            const auto id = static_cast<node_id>(i + 1);
+            v.nodes.push_back({id,
+                               node_role::server,
+                               node_state::alive,
+                               opts_.servers[i],
+                               0,
+                               static_cast<std::uint32_t>(i),
+                               {}});
+            ids.push_back(id);
         }
+        v.ring = ring::balanced(opts_.ring, ids); // throws on bad ring options
+        adopt(std::make_shared<const membership_view>(std::move(v)));
+    }
+
+    /// A store of a worker in a job: the job's view says where keys live, and every new
+    /// view is followed (a failed server fails its waiting operations at once).
+    /// `opts.servers` and `opts.ring` are ignored. @throws std::invalid_argument
+    explicit kv_store(worker_node& worker, options_type opts = {})
+        : transport_(worker.transport()), opts_(std::move(opts)), log_(transport_.options().log),
+          member_(worker.membership_ptr()) {
+        check_width();
+        opts_.node_id = worker.id();
+        opts_.request_timeout = worker.request_timeout();
+        auto v = worker.view();
+        if (!v || v->ring.empty()) {
+            throw std::invalid_argument("petrel::kv_store: the worker has no view of its job");
+        }
+        for (auto& l : adopt(v)) {
+            l->close(make_error_code(errc::node_failed)); // failed before this store existed
+        }
+        std::weak_ptr<shared> weak = shared_;
+        subscription_ = member_->subscribe([weak](const member::view_ptr& nv) {
+            auto s = weak.lock();
+            if (!s) {
+                return;
+            }
+            std::vector<std::shared_ptr<detail::request_link>> failed;
+            {
+                std::lock_guard lock(s->mutex);
+                if (s->owner) {
+                    failed = s->owner->adopt(nv);
+                }
+            }
+            for (auto& l : failed) {
+                l->close(make_error_code(errc::node_failed));
+            }
+        });
     }
 
     kv_store(const kv_store&) = delete;
     kv_store& operator=(const kv_store&) = delete;
 
     /// Completes every operation still waiting with `errc::shut_down`.
-    ~kv_store() { close(); }
+    ~kv_store() {
+        if (member_) {
+            member_->unsubscribe(subscription_);
+        }
+        {
+            std::lock_guard lock(shared_->mutex);
+            shared_->owner = nullptr;
+        }
+        close();
+    }
 
     [[nodiscard]] executor_type get_executor() const { return transport_.get_executor(); }
     [[nodiscard]] const options_type& options() const noexcept { return opts_; }
@@ -209,10 +270,24 @@ public:
     /// Completes every waiting operation with `errc::shut_down` and closes the
     /// connections; later operations fail the same way. Idempotent.
     void close() {
-        for (auto& l : links_) {
+        std::vector<std::shared_ptr<detail::request_link>> links;
+        {
+            std::lock_guard lock(mutex_);
+            closed_ = true;
+            for (auto& [id, l] : links_) {
+                links.push_back(l);
+            }
+        }
+        for (auto& l : links) {
             l->close();
         }
         transport_.close();
+    }
+
+    /// The view that places this store's keys.
+    [[nodiscard]] std::shared_ptr<const membership_view> view() const {
+        std::lock_guard lock(mutex_);
+        return placement_ ? placement_->view : nullptr;
     }
 
 private:
@@ -224,12 +299,81 @@ private:
         std::size_t count = 0;
     };
 
-    /// A piece of a request for one server: keys [first, first + count).
-    struct slice {
-        std::size_t link = 0;
+    /// Consecutive keys [first, first + count) of a request.
+    struct run {
         std::size_t first = 0;
         std::size_t count = 0;
     };
+
+    /// The piece of a request for one server: its runs of keys, and the keys (and for a
+    /// push the values) gathered in that order.
+    struct slice {
+        std::shared_ptr<detail::request_link> link;
+        std::vector<run> runs;
+        std::size_t count = 0;
+        shared_bytes keys;
+        shared_bytes values;
+    };
+
+    /// Where keys go under one view: a link per server and each partition's server.
+    struct placement {
+        std::shared_ptr<const membership_view> view;
+        std::vector<std::shared_ptr<detail::request_link>> links; // by slot
+        std::vector<std::uint32_t> partition_slot;                // partition → slot
+    };
+
+    /// What a view subscription may reach after the store is gone: nothing.
+    struct shared {
+        std::mutex mutex;
+        kv_store* owner = nullptr;
+    };
+
+    void check_width() const {
+        if (opts_.width == 0 || opts_.width > std::numeric_limits<std::uint32_t>::max()) {
+            throw std::invalid_argument("petrel::kv_store: width must be at least 1");
+        }
+    }
+
+    /// Switches to view `v` (if newer); returns the links of servers that failed in it,
+    /// for the caller to close once no lock is held.
+    std::vector<std::shared_ptr<detail::request_link>>
+    adopt(std::shared_ptr<const membership_view> v) {
+        std::vector<std::shared_ptr<detail::request_link>> failed;
+        auto p = std::make_shared<placement>();
+        p->view = v;
+        std::lock_guard lock(mutex_);
+        if (placement_ && placement_->view->version >= v->version) {
+            return failed;
+        }
+        std::map<node_id, std::uint32_t> slot_of;
+        for (const auto* n : v->of_role(node_role::server)) {
+            auto& link = links_[n->id];
+            if (!link) {
+                link = std::make_shared<detail::request_link>(transport_, n->address,
+                                                              opts_.request_timeout);
+                if (closed_) {
+                    failed.push_back(link); // closed with node_failed: the store is closed anyway
+                }
+            }
+            if (n->state == node_state::failed && !link->closed()) {
+                if (log_) {
+                    log_(log_level::error, "petrel worker " + std::to_string(opts_.node_id) + ": " +
+                                               n->describe() + " failed: " + n->failure +
+                                               "; its requests fail with node_failed");
+                }
+                failed.push_back(link);
+            }
+            slot_of[n->id] = static_cast<std::uint32_t>(p->links.size());
+            p->links.push_back(link);
+        }
+        const auto& r = v->ring;
+        p->partition_slot.resize(r.options().partitions);
+        for (std::uint32_t i = 0; i < r.options().partitions; ++i) {
+            p->partition_slot[i] = slot_of.at(r.owners(i)[0]);
+        }
+        placement_ = std::move(p);
+        return failed;
+    }
 
     template <typename CompletionToken>
     auto initiate_push(prepared p, CompletionToken&& token) {
@@ -248,6 +392,10 @@ private:
             return p;
         }
         if (p.count == 0) {
+            return p;
+        }
+        if (keys.back() == key_space_end<Key>) {
+            p.error = errc::key_out_of_range; // the largest key is reserved
             return p;
         }
         pooled_buffer buf = transport_.pool()->acquire(keys.size_bytes());
@@ -312,34 +460,85 @@ private:
         return {};
     }
 
-    /// Splits the sorted keys by owning server. Fails with `errc::no_server_for_key` when
-    /// a key has no owner, and with `errc::frame_too_large` when a slice's push or pull
-    /// reply would exceed the frame limit the peers enforce (our own limit).
-    std::error_code split(const prepared& p, std::vector<slice>& slices) const {
+    /// Splits the sorted keys by owning server, in runs of consecutive keys with the
+    /// same owner. A server with one run gets views of the request's own buffers; one
+    /// with several gets its runs gathered into a new buffer. Fails with
+    /// `errc::frame_too_large` when a slice's push or pull reply would exceed the frame
+    /// limit the peers enforce (our own limit).
+    std::error_code split(const prepared& p, bool with_values, std::vector<slice>& slices) const {
+        std::shared_ptr<const placement> where;
+        {
+            std::lock_guard lock(mutex_);
+            where = placement_;
+        }
         const auto keys = p.keys.template as<Key>();
+        const auto& r = where->view->ring;
+        std::vector<std::vector<run>> runs(where->links.size());
+        std::vector<std::size_t> counts(where->links.size(), 0);
+        std::uint64_t stripe = ~std::uint64_t{0};
+        std::uint32_t slot = 0;
+        std::size_t last_slot = ~std::size_t{0};
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            const std::uint64_t st = r.stripe_of(keys[i]);
+            if (st != stripe) {
+                stripe = st;
+                slot = where->partition_slot[r.partition_of_stripe(st)];
+            }
+            if (slot == last_slot) {
+                ++runs[slot].back().count;
+            } else {
+                runs[slot].push_back({i, 1});
+                last_slot = slot;
+            }
+            ++counts[slot];
+        }
         const std::uint64_t max_frame = transport_.options().limits.max_frame_bytes;
-        std::size_t covered = 0;
-        for (std::size_t i = 0; i < opts_.servers.size(); ++i) {
-            const auto& r = opts_.servers[i].range;
-            const auto lo = std::lower_bound(keys.begin(), keys.end(), r.begin) - keys.begin();
-            const auto hi = std::lower_bound(keys.begin(), keys.end(), r.end) - keys.begin();
-            if (hi <= lo) {
+        const std::size_t row = opts_.width * sizeof(Value);
+        for (std::size_t s = 0; s < runs.size(); ++s) {
+            if (runs[s].empty()) {
                 continue;
             }
-            const auto count = static_cast<std::size_t>(hi - lo);
-            if (wire::padded(count * sizeof(Key)) +
-                    wire::padded(count * opts_.width * sizeof(Value)) >
-                max_frame) {
+            const std::size_t n = counts[s];
+            if (wire::padded(n * sizeof(Key)) + wire::padded(n * row) > max_frame) {
                 return errc::frame_too_large;
             }
-            slices.push_back({i, static_cast<std::size_t>(lo), count});
-            covered += count;
+            slice sl;
+            sl.link = where->links[s];
+            sl.count = n;
+            if (runs[s].size() == 1) {
+                const auto first = runs[s][0].first;
+                sl.keys = p.keys.subspan(first * sizeof(Key), n * sizeof(Key));
+                if (with_values) {
+                    sl.values = p.values.subspan(first * row, n * row);
+                }
+            } else {
+                pooled_buffer kb = transport_.pool()->acquire(n * sizeof(Key));
+                pooled_buffer vb;
+                if (with_values) {
+                    vb = transport_.pool()->acquire(n * row);
+                }
+                std::size_t at = 0;
+                for (const auto& ru : runs[s]) {
+                    std::memcpy(kb.data() + at * sizeof(Key),
+                                p.keys.data() + ru.first * sizeof(Key), ru.count * sizeof(Key));
+                    if (with_values) {
+                        std::memcpy(vb.data() + at * row, p.values.data() + ru.first * row,
+                                    ru.count * row);
+                    }
+                    at += ru.count;
+                }
+                sl.keys = kb.share();
+                if (with_values) {
+                    sl.values = vb.share();
+                }
+            }
+            sl.runs = std::move(runs[s]);
+            slices.push_back(std::move(sl));
         }
-        return covered == keys.size() ? std::error_code{}
-                                      : make_error_code(errc::no_server_for_key);
+        return {};
     }
 
-    wire::message make_request(wire::message_kind kind, const prepared& p, const slice& s) const {
+    wire::message make_request(wire::message_kind kind, const slice& s) const {
         wire::message m;
         auto& h = m.header;
         h.kind = kind;
@@ -348,14 +547,13 @@ private:
         h.key_type = wire::scalar_type_of<Key>;
         h.value_type = wire::scalar_type_of<Value>;
         h.width = static_cast<std::uint32_t>(opts_.width);
-        h.range_begin = opts_.servers[s.link].range.begin;
-        h.range_end = opts_.servers[s.link].range.end;
+        const auto keys = s.keys.template as<Key>();
+        h.range_begin = keys.front();
+        h.range_end = static_cast<std::uint64_t>(keys.back()) + 1; // keys < key_space_end
         h.key_count = s.count;
-        m.set_segment(wire::keys_segment,
-                      p.keys.subspan(s.first * sizeof(Key), s.count * sizeof(Key)));
+        m.set_segment(wire::keys_segment, s.keys);
         if (kind == wire::message_kind::push) {
-            const std::size_t row = opts_.width * sizeof(Value);
-            m.set_segment(wire::values_segment, p.values.subspan(s.first * row, s.count * row));
+            m.set_segment(wire::values_segment, s.values);
         }
         return m;
     }
@@ -384,7 +582,8 @@ private:
     void start_push(Handler handler, prepared p) {
         detail::completion done(std::move(handler), transport_.get_executor());
         std::vector<slice> slices;
-        if (auto ec = p.error ? p.error : split(p, slices)) {
+        if (auto ec =
+                p.error ? p.error : (p.count == 0 ? std::error_code{} : split(p, true, slices))) {
             std::move(done).post(ec);
             return;
         }
@@ -394,12 +593,12 @@ private:
         }
         auto join = std::make_shared<join_state<decltype(done)>>(std::move(done), slices.size());
         for (const auto& s : slices) {
-            links_[s.link]->request(make_request(wire::message_kind::push, p, s),
-                                    [join](std::error_code ec, wire::message&&) {
-                                        if (join->arrive(ec)) {
-                                            std::move(*join->done).dispatch(join->error);
-                                        }
-                                    });
+            s.link->request(make_request(wire::message_kind::push, s),
+                            [join](std::error_code ec, wire::message&&) {
+                                if (join->arrive(ec)) {
+                                    std::move(*join->done).dispatch(join->error);
+                                }
+                            });
         }
     }
 
@@ -408,7 +607,8 @@ private:
         detail::completion done(std::move(handler), transport_.get_executor());
         using result_type = kv_pairs<Key, Value>;
         std::vector<slice> slices;
-        if (auto ec = p.error ? p.error : split(p, slices)) {
+        if (auto ec =
+                p.error ? p.error : (p.count == 0 ? std::error_code{} : split(p, false, slices))) {
             std::move(done).post(ec, result_type{});
             return;
         }
@@ -418,7 +618,7 @@ private:
         }
         struct pull_state : join_state<decltype(done)> {
             using join_state<decltype(done)>::join_state;
-            pooled_buffer gathered; // several slices: their rows copied in key order
+            pooled_buffer gathered; // several slices: their rows copied in the caller's order
             shared_bytes single;    // one slice: the reply's own buffer
         };
         auto join = std::make_shared<pull_state>(std::move(done), slices.size());
@@ -427,41 +627,57 @@ private:
             join->gathered = transport_.pool()->acquire(p.count * row);
         }
         const bool one = slices.size() == 1;
-        for (const auto& s : slices) {
-            links_[s.link]->request(
-                make_request(wire::message_kind::pull, p, s),
-                [join, s, row, one, keys = p.keys, width = opts_.width](std::error_code ec,
-                                                                        wire::message&& m) {
-                    if (!ec && (m.header.key_count != s.count || m.header.width != width ||
-                                m.header.value_type != wire::scalar_type_of<Value> ||
-                                m.values().size() != s.count * row)) {
-                        ec = errc::value_count_mismatch;
-                    }
-                    if (!ec) {
-                        if (one) {
-                            join->single = m.values();
-                        } else {
-                            std::memcpy(join->gathered.data() + s.first * row, m.values().data(),
-                                        s.count * row);
+        for (auto& s : slices) {
+            auto request = make_request(wire::message_kind::pull, s);
+            s.link->request(std::move(request), [join, runs = std::move(s.runs), count = s.count,
+                                                 row, one, keys = p.keys, width = opts_.width](
+                                                    std::error_code ec, wire::message&& m) {
+                if (!ec && (m.header.key_count != count || m.header.width != width ||
+                            m.header.value_type != wire::scalar_type_of<Value> ||
+                            m.values().size() != count * row)) {
+                    ec = errc::value_count_mismatch;
+                }
+                if (!ec) {
+                    if (one) {
+                        join->single = m.values();
+                    } else {
+                        std::size_t at = 0;
+                        for (const auto& ru : runs) {
+                            std::memcpy(join->gathered.data() + ru.first * row,
+                                        m.values().data() + at * row, ru.count * row);
+                            at += ru.count;
                         }
                     }
-                    if (join->arrive(ec)) {
-                        if (join->error) {
-                            std::move(*join->done).dispatch(join->error, result_type{});
-                            return;
-                        }
-                        auto values = one ? join->single : join->gathered.share();
-                        std::move(*join->done)
-                            .dispatch(std::error_code{},
-                                      result_type(keys, std::move(values), width));
+                }
+                if (join->arrive(ec)) {
+                    if (join->error) {
+                        std::move(*join->done).dispatch(join->error, result_type{});
+                        return;
                     }
-                });
+                    auto values = one ? join->single : join->gathered.share();
+                    std::move(*join->done)
+                        .dispatch(std::error_code{}, result_type(keys, std::move(values), width));
+                }
+            });
         }
     }
 
     any_transport transport_;
     options_type opts_;
-    std::vector<std::shared_ptr<detail::request_link>> links_;
+    logger log_;
+    std::shared_ptr<member> member_;
+    std::size_t subscription_ = 0;
+    std::shared_ptr<shared> shared_ = make_shared_owner();
+    mutable std::mutex mutex_;
+    bool closed_ = false;
+    std::map<node_id, std::shared_ptr<detail::request_link>> links_;
+    std::shared_ptr<const placement> placement_;
+
+    std::shared_ptr<shared> make_shared_owner() {
+        auto s = std::make_shared<shared>();
+        s->owner = this;
+        return s;
+    }
 };
 
 } // namespace petrel

@@ -23,4 +23,15 @@
 
 #include <petrel/server/server_node.hpp>
 
+#include <petrel/cluster/manager_node.hpp>
+#include <petrel/cluster/member.hpp>
+#include <petrel/cluster/node.hpp>
+#include <petrel/cluster/ring.hpp>
+#include <petrel/cluster/view.hpp>
+#include <petrel/cluster/worker_node.hpp>
+
+#include <petrel/launch/config.hpp>
+#include <petrel/launch/launcher.hpp>
+#include <petrel/launch/run.hpp>
+
 #include <petrel/kv_store.hpp>

@@ -13,13 +13,15 @@ using petrel::errc;
 namespace {
 
 const std::vector<errc> all_errors{
-    errc::bad_magic,        errc::unsupported_version, errc::header_too_large,
-    errc::frame_too_large,  errc::malformed_header,    errc::segment_size_mismatch,
-    errc::keys_not_sorted,  errc::key_out_of_range,    errc::value_count_mismatch,
-    errc::bad_message_kind, errc::value_type_mismatch, errc::key_type_mismatch,
-    errc::width_mismatch,   errc::connection_closed,   errc::timed_out,
-    errc::shut_down,        errc::no_server_for_key,   errc::invalid_argument,
-    errc::remote_error,     errc::handler_failed,      errc::out_of_memory,
+    errc::bad_magic,           errc::unsupported_version, errc::header_too_large,
+    errc::frame_too_large,     errc::malformed_header,    errc::segment_size_mismatch,
+    errc::keys_not_sorted,     errc::key_out_of_range,    errc::value_count_mismatch,
+    errc::bad_message_kind,    errc::value_type_mismatch, errc::key_type_mismatch,
+    errc::width_mismatch,      errc::connection_closed,   errc::timed_out,
+    errc::shut_down,           errc::no_server_for_key,   errc::invalid_argument,
+    errc::remote_error,        errc::handler_failed,      errc::out_of_memory,
+    errc::node_failed,         errc::job_mismatch,        errc::job_full,
+    errc::manager_unreachable,
 };
 
 } // namespace

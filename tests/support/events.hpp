@@ -35,6 +35,18 @@ bool ready(std::future<T>& f) {
     return f.wait_for(timeout) == std::future_status::ready;
 }
 
+/// How a `std::future<void>` of an operation ended: no error, or the error it threw.
+/// Fails the test when it does not end within `timeout`.
+inline std::error_code code_of(std::future<void>& f) {
+    REQUIRE(ready(f));
+    try {
+        f.get();
+        return {};
+    } catch (const std::system_error& e) {
+        return e.code();
+    }
+}
+
 /// Returns once every handler queued on a one-thread io_context before the call has run.
 inline void drain(io_threads& io) {
     for (int round = 0; round < 3; ++round) {

@@ -37,7 +37,7 @@ struct target {
 
     petrel::kv_store<key_t64, float> worker() {
         petrel::kv_store_options<key_t64> o;
-        o.servers = {{petrel::key_range<key_t64>::all(), address}};
+        o.servers = {address};
         o.request_timeout = 20s;
         return {petrel::tcp_transport(io.executor()), o};
     }
@@ -200,7 +200,7 @@ TEST_CASE("tcp_transport: nodes destroyed before their io_context runs leave not
         petrel::server_node server(petrel::tcp_transport(io.get_executor()));
         const auto address = server.listen("127.0.0.1:0");
         petrel::kv_store_options<key_t64> o;
-        o.servers = {{petrel::key_range<key_t64>::all(), address}};
+        o.servers = {address};
         petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.get_executor()), o);
         std::vector<key_t64> keys{1};
         kv.push(keys, xt::xtensor<float, 1>{1.0f}, [](std::error_code) {});
@@ -271,7 +271,7 @@ TEST_CASE("tcp_transport: a peer that never reads its replies cannot grow the se
 
     // Other workers are served meanwhile.
     petrel::kv_store_options<key_t64> o;
-    o.servers = {{petrel::key_range<key_t64>::all(), address}};
+    o.servers = {address};
     o.request_timeout = 20s;
     petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
     std::vector<key_t64> k{5};

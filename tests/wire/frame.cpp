@@ -264,3 +264,28 @@ TEST_CASE("frame: validate() applies the decoder's checks to a message object", 
     m.header.range_end = 3;
     CHECK(validate(m, {}) == errc::key_out_of_range);
 }
+
+TEST_CASE("frame: control messages carry one body segment and nothing else", "[wire]") {
+    message m;
+    m.header.kind = message_kind::control;
+    std::vector<std::byte> body(100, std::byte{7});
+    m.set_segment(values_segment, shared_bytes::copy_of(body));
+    CHECK_FALSE(validate(m, {}));
+    m.header.kind = message_kind::control_reply;
+    m.header.status = 23; // a refusal keeps its body, so that its text reaches the log
+    CHECK_FALSE(validate(m, {}));
+
+    auto with_keys = m;
+    std::vector<std::uint64_t> keys{1, 2};
+    with_keys.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    CHECK(validate(with_keys, {}) == errc::segment_size_mismatch);
+    auto counted = m;
+    counted.header.key_count = 1;
+    CHECK(validate(counted, {}) == errc::segment_size_mismatch);
+
+    message big;
+    big.header.kind = message_kind::control;
+    big.set_segment(values_segment,
+                    shared_bytes::copy_of(std::vector<std::byte>(max_control_bytes + 1)));
+    CHECK(validate(big, {}) == errc::frame_too_large);
+}

@@ -215,19 +215,25 @@ TEST_CASE("header: message kinds, known and replies", "[wire]") {
     STATIC_REQUIRE(static_cast<int>(message_kind::pull) == 2);
     STATIC_REQUIRE(static_cast<int>(message_kind::push_reply) == 3);
     STATIC_REQUIRE(static_cast<int>(message_kind::pull_reply) == 4);
+    STATIC_REQUIRE(static_cast<int>(message_kind::control) == 5);
+    STATIC_REQUIRE(static_cast<int>(message_kind::control_reply) == 6);
 
     CHECK(is_known(message_kind::push));
     CHECK(is_known(message_kind::pull));
     CHECK(is_known(message_kind::push_reply));
     CHECK(is_known(message_kind::pull_reply));
     CHECK_FALSE(is_known(static_cast<message_kind>(0)));
-    CHECK_FALSE(is_known(static_cast<message_kind>(5)));
+    CHECK(is_known(message_kind::control));
+    CHECK(is_known(message_kind::control_reply));
+    CHECK_FALSE(is_known(static_cast<message_kind>(7)));
     CHECK_FALSE(is_known(static_cast<message_kind>(255)));
 
     CHECK_FALSE(is_reply(message_kind::push));
     CHECK_FALSE(is_reply(message_kind::pull));
     CHECK(is_reply(message_kind::push_reply));
     CHECK(is_reply(message_kind::pull_reply));
+    CHECK_FALSE(is_reply(message_kind::control));
+    CHECK(is_reply(message_kind::control_reply));
     CHECK_FALSE(is_reply(static_cast<message_kind>(0)));
 }
 

@@ -38,10 +38,15 @@ enum class errc : int {
     // Numbers travel in replies: new codes go at the end, existing ones never move.
     handler_failed,
     out_of_memory,
+    // Cluster membership.
+    node_failed,
+    job_mismatch,
+    job_full,
+    manager_unreachable,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::out_of_memory;
+inline constexpr errc last_errc = errc::manager_unreachable;
 
 namespace detail {
 
@@ -106,6 +111,17 @@ public:
             return "the server ran out of memory applying the request; nothing was applied";
         case errc::remote_error:
             return "the server reported an error it could not name";
+        case errc::node_failed:
+            return "a node of the cluster failed (no heartbeat within the timeout, or its "
+                   "connection to the manager was lost); the node's log names it";
+        case errc::job_mismatch:
+            return "the peer belongs to another job: a node of an earlier job is still running "
+                   "at that address, or the job ids differ (see PETREL_JOB_ID)";
+        case errc::job_full:
+            return "the job already has all the servers and workers it was started with";
+        case errc::manager_unreachable:
+            return "the manager (root address) could not be reached or stopped answering: "
+                   "check PETREL_ROOT and that rank 0 is running";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

@@ -130,11 +130,13 @@ private:
             }
             case wire::message_kind::push_reply:
             case wire::message_kind::pull_reply:
+            case wire::message_kind::control:
+            case wire::message_kind::control_reply:
                 break;
             }
             if (log) {
                 log(log_level::warning, "closing connection with " + c->remote_address() +
-                                            ": a server does not accept replies");
+                                            ": a server takes only pushes and pulls");
             }
             c->close();
         }

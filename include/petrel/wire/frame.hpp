@@ -147,6 +147,18 @@ template <typename Key>
     if (!is_known(h.kind)) {
         return errc::bad_message_kind;
     }
+    if (h.kind == message_kind::control || h.kind == message_kind::control_reply) {
+        // A control body: no keys, one opaque segment read by the cluster layer.
+        const auto body = h.segment_bytes[values_segment];
+        if (h.key_count != 0 || h.segment_bytes[keys_segment] != 0 ||
+            h.segment_bytes[lengths_segment] != 0 || !h.clocks.empty()) {
+            return errc::segment_size_mismatch;
+        }
+        if (body > max_control_bytes) {
+            return errc::frame_too_large;
+        }
+        return padded(body) == payload_bytes ? std::error_code{} : errc::segment_size_mismatch;
+    }
     const std::size_t ks = size_of(h.key_type);
     const std::size_t vs = size_of(h.value_type);
     if ((h.key_type != scalar_type::u32 && h.key_type != scalar_type::u64) ||
@@ -211,6 +223,9 @@ template <typename Key>
             return errc::segment_size_mismatch;
         }
         return values == value_bytes ? std::error_code{} : errc::value_count_mismatch;
+    case message_kind::control:
+    case message_kind::control_reply:
+        break; // checked above
     }
     return errc::bad_message_kind;
 }

@@ -24,20 +24,25 @@ inline constexpr std::uint32_t magic = 0x4C525450;
 inline constexpr std::uint16_t protocol_version = 1;
 /// The most clock entries one header may carry (bounds what a decoder allocates).
 inline constexpr std::uint32_t max_clock_entries = 4096;
+/// The largest body of a control message (membership, barriers, heartbeats).
+inline constexpr std::uint64_t max_control_bytes = std::uint64_t{16} << 20;
 
 /// What a message asks or answers. Numbers are fixed: they are on the wire.
 enum class message_kind : std::uint8_t {
-    push = 1,       ///< worker → server: keys and values to aggregate
-    pull = 2,       ///< worker → server: keys whose values are wanted
-    push_reply = 3, ///< server → worker: the push was applied (or `status` says why not)
-    pull_reply = 4, ///< server → worker: values in the order of the pull's keys
+    push = 1,          ///< worker → server: keys and values to aggregate
+    pull = 2,          ///< worker → server: keys whose values are wanted
+    push_reply = 3,    ///< server → worker: the push was applied (or `status` says why not)
+    pull_reply = 4,    ///< server → worker: values in the order of the pull's keys
+    control = 5,       ///< node ↔ manager: membership, barriers, heartbeats (body in values)
+    control_reply = 6, ///< the answer to a `control` request
 };
 
 [[nodiscard]] constexpr bool is_known(message_kind k) noexcept {
-    return k >= message_kind::push && k <= message_kind::pull_reply;
+    return k >= message_kind::push && k <= message_kind::control_reply;
 }
 [[nodiscard]] constexpr bool is_reply(message_kind k) noexcept {
-    return k == message_kind::push_reply || k == message_kind::pull_reply;
+    return k == message_kind::push_reply || k == message_kind::pull_reply ||
+           k == message_kind::control_reply;
 }
 
 /// The scalar types of keys and values on the wire.

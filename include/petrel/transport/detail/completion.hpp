@@ -6,6 +6,10 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -52,5 +56,32 @@ private:
 
 template <typename Handler, typename DefaultExecutor>
 completion(Handler, const DefaultExecutor&) -> completion<Handler, DefaultExecutor>;
+
+/// A completion handler as a copyable function that dispatches it on its executor; the
+/// first call wins, later calls do nothing (for handlers kept in containers).
+template <typename... Args, typename Handler, typename DefaultExecutor>
+[[nodiscard]] std::function<void(Args...)> once_function(Handler handler,
+                                                         const DefaultExecutor& fallback) {
+    using completion_type = completion<Handler, DefaultExecutor>;
+    struct holder {
+        std::mutex mutex;
+        std::optional<completion_type> c;
+    };
+    auto h = std::make_shared<holder>();
+    h->c.emplace(std::move(handler), fallback);
+    return [h](Args... args) {
+        std::optional<completion_type> c;
+        {
+            std::lock_guard lock(h->mutex);
+            if (h->c) {
+                c.emplace(std::move(*h->c));
+                h->c.reset();
+            }
+        }
+        if (c) {
+            std::move(*c).dispatch(std::move(args)...);
+        }
+    };
+}
 
 } // namespace petrel::detail

@@ -27,6 +27,13 @@ namespace petrel::detail {
 /// Called once per request: with the reply, or with the error that ended the wait.
 using reply_callback = std::function<void(std::error_code, wire::message&&)>;
 
+/// Called with each message from the peer that is not a reply (a notification).
+using notify_callback = std::function<void(wire::message&&)>;
+
+/// A request that waits for its reply without a deadline of its own (something else,
+/// such as a heartbeat, must end the wait).
+inline constexpr std::chrono::milliseconds no_deadline = std::chrono::milliseconds::max();
+
 /// The error a reply's status stands for.
 [[nodiscard]] inline std::error_code status_error(std::uint32_t status) noexcept {
     if (status == 0) {
@@ -55,21 +62,37 @@ public:
 
     [[nodiscard]] const std::string& address() const noexcept { return address_; }
 
+    /// Takes the peer's messages that are not replies (otherwise they close the
+    /// connection, as from a broken peer). Call before the first request.
+    void on_notify(notify_callback cb) {
+        std::lock_guard lock(mutex_);
+        notify_ = std::move(cb);
+    }
+
+    /// Sends `m` and calls `cb` once with its reply or with the error that ended the wait,
+    /// at the latest after the link's timeout.
     void request(wire::message m, reply_callback cb) {
+        request(std::move(m), std::move(cb), timeout_);
+    }
+
+    /// As above with this request's own timeout (`no_deadline` for none).
+    void request(wire::message m, reply_callback cb, std::chrono::milliseconds timeout) {
         connection_ptr conn;
         bool connect = false;
         {
             std::unique_lock lock(mutex_);
             if (closed_) {
                 lock.unlock();
-                asio::post(transport_.get_executor(), [cb = std::move(cb)]() mutable {
-                    cb(make_error_code(errc::shut_down), wire::message{});
-                });
+                asio::post(
+                    transport_.get_executor(),
+                    [cb = std::move(cb), ec = closed_with_]() mutable { cb(ec, wire::message{}); });
                 return;
             }
             const std::uint64_t id = ++next_id_;
             m.header.request_id = id;
-            pending_.emplace(id, pending{clock::now() + timeout_, std::move(cb)});
+            const auto deadline =
+                timeout == no_deadline ? clock::time_point::max() : clock::now() + timeout;
+            pending_.emplace(id, pending{deadline, std::move(cb)});
             arm_timer();
             switch (phase_) {
             case phase::connected:
@@ -92,8 +115,9 @@ public:
         }
     }
 
-    /// Fails every waiting request with `errc::shut_down` and closes the connection.
-    void close() {
+    /// Fails every waiting request with `ec` (`errc::shut_down` by default) and closes the
+    /// connection; later requests fail with `ec` too. Idempotent: the first call decides.
+    void close(std::error_code ec = make_error_code(errc::shut_down)) {
         connection_ptr conn;
         std::vector<reply_callback> failed;
         {
@@ -102,6 +126,7 @@ public:
                 return;
             }
             closed_ = true;
+            closed_with_ = ec;
             conn = std::move(conn_);
             failed = take_all();
             timer_.cancel();
@@ -109,7 +134,13 @@ public:
         if (conn) {
             conn->close();
         }
-        fail(failed, errc::shut_down);
+        fail(failed, ec);
+    }
+
+    /// Whether close() was called.
+    [[nodiscard]] bool closed() const {
+        std::lock_guard lock(mutex_);
+        return closed_;
     }
 
     /// Requests waiting for a reply.
@@ -161,7 +192,10 @@ private:
                 // Closed before this completion ran: its on_close found no conn_ to reset.
                 ec = make_error_code(errc::connection_closed);
             }
-            if (closed_ || ec) {
+            if (closed_) {
+                ec = closed_with_;
+            }
+            if (ec) {
                 phase_ = phase::idle;
                 failed = take_all(); // only the backlog was waiting
                 discard = c != nullptr;
@@ -175,7 +209,7 @@ private:
             c->close();
         }
         if (failed_now) {
-            fail(failed, ec ? ec : make_error_code(errc::shut_down));
+            fail(failed, ec);
             return;
         }
         for (auto& m : backlog) {
@@ -185,7 +219,16 @@ private:
 
     void on_message(const connection_ptr& c, wire::message&& m) {
         if (!wire::is_reply(m.header.kind)) {
-            c->close(); // a peer that sends requests to a requester is broken
+            notify_callback notify;
+            {
+                std::lock_guard lock(mutex_);
+                notify = notify_;
+            }
+            if (notify) {
+                notify(std::move(m));
+            } else {
+                c->close(); // a peer that sends requests to a requester is broken
+            }
             return;
         }
         reply_callback cb;
@@ -278,6 +321,8 @@ private:
     asio::steady_timer timer_;
     bool timer_armed_ = false;
     bool closed_ = false;
+    std::error_code closed_with_;
+    notify_callback notify_;
     phase phase_ = phase::idle;
     connection_ptr conn_;
     std::vector<wire::message> backlog_;

@@ -1,0 +1,140 @@
+// Petrel: the control messages between nodes and the manager.
+#pragma once
+
+#include <petrel/cluster/node.hpp>
+#include <petrel/cluster/view.hpp>
+#include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/error.hpp>
+#include <petrel/wire/detail/streambuf.hpp>
+#include <petrel/wire/header.hpp>
+#include <petrel/wire/message.hpp>
+
+#include <cereal/archives/binary.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <istream>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace petrel::detail {
+
+/// What a control message asks or tells. Numbers are fixed: they are on the wire.
+enum class control_op : std::uint8_t {
+    join = 1,      ///< node → manager: register; answered with the node's id and the view
+    heartbeat = 2, ///< node → manager: still alive; answered with the view's version
+    view = 3,      ///< manager → node, unsolicited: a new membership view
+    barrier = 4,   ///< node → manager: arrived; answered when the group has arrived
+    leave = 5,     ///< node → manager: done; answered once recorded
+};
+
+/// The body of a control message or reply; which fields matter depends on `op`.
+struct control_body {
+    control_op op = control_op::heartbeat;
+    std::string job_id;
+    // join
+    node_role role = node_role::worker;
+    std::uint32_t rank = 0;
+    std::uint32_t local = 0;
+    std::string address;
+    // barrier
+    group barrier_group = group::all;
+    // replies and view pushes
+    node_id id = no_node;
+    std::uint64_t version = 0;
+    std::string text; ///< on failed replies: what went wrong, for the node's log
+    std::optional<membership_view> view;
+
+    template <class Archive>
+    void save(Archive& ar) const {
+        ar(op, role, rank, local, barrier_group, id, version);
+        save_text(ar, job_id);
+        save_text(ar, address);
+        save_text(ar, text);
+        const bool has_view = view.has_value();
+        ar(has_view);
+        if (has_view) {
+            ar(*view);
+        }
+    }
+
+    template <class Archive>
+    void load(Archive& ar) {
+        ar(op, role, rank, local, barrier_group, id, version);
+        load_text(ar, job_id);
+        load_text(ar, address);
+        load_text(ar, text);
+        bool has_view = false;
+        ar(has_view);
+        if (has_view) {
+            view.emplace();
+            ar(*view);
+        }
+        if (op < control_op::join || op > control_op::leave || role < node_role::manager ||
+            role > node_role::worker || barrier_group < group::all ||
+            barrier_group > group::workers) {
+            throw std::domain_error("unknown control operation, role or group");
+        }
+    }
+};
+
+/// A control request (or, with `reply_to`, its reply) carrying `body`. A failed reply
+/// (`status` set) carries its body too, so that its text reaches the node's log.
+[[nodiscard]] inline wire::message make_control(const control_body& body,
+                                                const wire::message_header* reply_to = nullptr,
+                                                std::error_code status = {}) {
+    auto bytes = std::make_shared<std::vector<std::byte>>();
+    {
+        wire::detail::vector_sink sink(*bytes);
+        std::ostream out(&sink);
+        cereal::BinaryOutputArchive ar(out);
+        ar(body);
+    }
+    wire::message m;
+    if (reply_to) {
+        m = wire::make_reply(*reply_to, wire::message_kind::control_reply);
+        m.header.key_count = 0;
+    } else {
+        m.header.kind = wire::message_kind::control;
+    }
+    m.header.status = static_cast<std::uint32_t>(
+        status ? (status.category() == error_category() ? status.value()
+                                                        : static_cast<int>(errc::remote_error))
+               : 0);
+    {
+        const std::byte* p = bytes->data();
+        const std::size_t n = bytes->size();
+        m.set_segment(wire::values_segment,
+                      shared_bytes(std::shared_ptr<const void>(std::move(bytes), p),
+                                   std::span<const std::byte>(p, n)));
+    }
+    return m;
+}
+
+/// Reads a control body; nothing when the bytes are not a valid one.
+[[nodiscard]] inline std::optional<control_body> read_control(const wire::message& m) {
+    if (m.header.kind != wire::message_kind::control &&
+        m.header.kind != wire::message_kind::control_reply) {
+        return std::nullopt;
+    }
+    const auto bytes = m.values();
+    try {
+        wire::detail::span_source source(bytes.span());
+        std::istream in(&source);
+        cereal::BinaryInputArchive ar(in);
+        control_body body;
+        ar(body);
+        if (!source.at_end()) {
+            return std::nullopt; // trailing bytes: not what a node writes
+        }
+        return body;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+} // namespace petrel::detail

@@ -1,0 +1,662 @@
+// Petrel: the manager: rendezvous, membership view, barriers and heartbeats.
+#pragma once
+
+#include <petrel/cluster/detail/control.hpp>
+#include <petrel/cluster/node.hpp>
+#include <petrel/cluster/ring.hpp>
+#include <petrel/cluster/view.hpp>
+#include <petrel/core/error.hpp>
+#include <petrel/core/log.hpp>
+#include <petrel/transport/connection.hpp>
+#include <petrel/transport/detail/completion.hpp>
+#include <petrel/transport/transport.hpp>
+#include <petrel/wire/message.hpp>
+
+#include <asio/async_result.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace petrel {
+
+struct manager_options {
+    /// Nodes must present this id to join: a node left over from another job is refused.
+    std::string job_id = "petrel";
+    /// How many servers and workers the job has; the view is made once all registered.
+    std::uint32_t servers = 1;
+    std::uint32_t workers = 1;
+    /// How keys are placed on the servers.
+    ring_options ring{};
+    /// A node not heard from for this long is declared failed.
+    std::chrono::milliseconds heartbeat_timeout{2000};
+    /// Every node must have registered by then, or the job fails to start.
+    std::chrono::milliseconds startup_timeout{30000};
+};
+
+/// The manager of a job: nodes register with it at the root address; once every server
+/// and worker has, it assigns node ids (servers, then workers, each ordered by process
+/// rank), places keys on the servers with a `ring`, and sends every node the first
+/// membership view. Afterwards it keeps the view current: a node that leaves, stops
+/// sending heartbeats within `heartbeat_timeout`, or loses its connection gets a new
+/// state in a new view version, sent to every live node. It also runs barriers over
+/// groups of nodes; a barrier that waits on a failed node fails with
+/// `errc::node_failed`.
+///
+/// @par Example
+/// @code
+/// petrel::manager_node manager(petrel::tcp_transport(io.get_executor()),
+///                              {.job_id = "job-7", .servers = 2, .workers = 4});
+/// std::string root = manager.listen("0.0.0.0:9000");
+/// manager.async_wait_finished([](std::error_code ec) { /* every node left or failed */ });
+/// @endcode
+///
+/// @par Thread Safety
+/// All member functions may be called from any thread.
+class manager_node {
+public:
+    manager_node(any_transport transport, manager_options opts)
+        : transport_(std::move(transport)),
+          state_(std::make_shared<state>(transport_.get_executor())) {
+        if (opts.servers == 0 || opts.workers == 0) {
+            throw std::invalid_argument("petrel::manager_node: a job needs at least one server "
+                                        "and one worker");
+        }
+        if (opts.ring.replicas >= opts.servers) {
+            throw std::invalid_argument(
+                "petrel::manager_node: " + std::to_string(opts.ring.replicas) +
+                " replicas need more servers than " + std::to_string(opts.servers));
+        }
+        ring::balanced(opts.ring, std::vector<node_id>{1}); // checks the ring options
+        state_->opts = std::move(opts);
+        state_->log = transport_.options().log;
+    }
+
+    manager_node(const manager_node&) = delete;
+    manager_node& operator=(const manager_node&) = delete;
+    ~manager_node() { close(); }
+
+    /// Accepts nodes at `address` ("host:port"; port 0 picks one) and starts the startup
+    /// deadline; returns the address to give them (the root). @throws std::system_error
+    std::string listen(std::string_view address) {
+        std::weak_ptr<state> weak = state_;
+        connection_handlers h;
+        h.on_message = [weak](const connection_ptr& c, wire::message&& m) {
+            if (auto s = weak.lock()) {
+                s->on_message(c, std::move(m));
+            }
+        };
+        h.on_close = [weak](const connection_ptr& c, std::error_code) {
+            if (auto s = weak.lock()) {
+                s->on_close(c);
+            }
+        };
+        std::string bound = transport_.listen(address, std::move(h));
+        state_->start(bound);
+        return bound;
+    }
+
+    /// The current view; null until every node has registered.
+    [[nodiscard]] std::shared_ptr<const membership_view> view() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->view;
+    }
+
+    /// Completes once the job is over: every node has left (success) or some failed
+    /// (`errc::node_failed`), or not all registered in time (`errc::timed_out`), or the
+    /// manager was closed (`errc::shut_down`). Signature `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto async_wait_finished(CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this](auto handler) {
+                auto done = detail::once_function<std::error_code>(std::move(handler),
+                                                                   transport_.get_executor());
+                state_->add_waiter(std::move(done));
+            },
+            token);
+    }
+
+    /// What made the job fail, one line per failed node; empty otherwise.
+    [[nodiscard]] std::string failure() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->failure;
+    }
+
+    /// Stops serving; waiters complete with `errc::shut_down`. Idempotent.
+    void close() {
+        state_->shut_down();
+        transport_.close();
+    }
+
+    [[nodiscard]] asio::any_io_executor get_executor() const { return transport_.get_executor(); }
+
+private:
+    using clock = std::chrono::steady_clock;
+    using control_body = detail::control_body;
+    using control_op = detail::control_op;
+
+    /// A message to send once the lock is released.
+    struct outgoing {
+        connection_ptr conn;
+        wire::message message;
+    };
+
+    struct joining {
+        connection_ptr conn;
+        wire::message_header request;
+        control_body body;
+    };
+
+    struct member {
+        connection_ptr conn;
+        clock::time_point last_seen;
+    };
+
+    struct waiting_barrier {
+        connection_ptr conn;
+        wire::message_header request;
+    };
+
+    struct barrier_state {
+        std::vector<waiting_barrier> waiting;
+        std::set<node_id> arrived;
+    };
+
+    enum class phase { idle, registering, running, finished };
+
+    struct state : std::enable_shared_from_this<state> {
+        explicit state(const asio::any_io_executor& ex) : timer(ex) {}
+
+        manager_options opts;
+        logger log;
+        mutable std::mutex mutex;
+        asio::steady_timer timer;
+        phase ph = phase::idle;
+        std::string address;
+        clock::time_point startup_deadline;
+        std::vector<joining> joins;
+        std::shared_ptr<const membership_view> view;
+        std::map<node_id, member> members; // live nodes
+        std::map<const connection*, node_id> by_conn;
+        std::array<barrier_state, 3> barriers;
+        std::vector<std::function<void(std::error_code)>> waiters;
+        std::error_code result;
+        std::string failure;
+
+        void report(log_level level, const std::string& text) const {
+            if (log) {
+                log(level, "petrel manager: " + text);
+            }
+        }
+
+        void start(const std::string& bound) {
+            {
+                std::lock_guard lock(mutex);
+                if (ph != phase::idle) {
+                    return;
+                }
+                ph = phase::registering;
+                address = bound;
+                startup_deadline = clock::now() + opts.startup_timeout;
+            }
+            arm();
+        }
+
+        void add_waiter(std::function<void(std::error_code)> w) {
+            std::unique_lock lock(mutex);
+            if (ph == phase::finished) {
+                auto ec = result;
+                lock.unlock();
+                w(ec);
+                return;
+            }
+            waiters.push_back(std::move(w));
+        }
+
+        void shut_down() {
+            std::vector<std::function<void(std::error_code)>> ws;
+            {
+                std::lock_guard lock(mutex);
+                if (ph != phase::finished) {
+                    ph = phase::finished;
+                    result = make_error_code(errc::shut_down);
+                }
+                ws.swap(waiters);
+                timer.cancel();
+            }
+            for (auto& w : ws) {
+                w(result);
+            }
+        }
+
+        // ---- messages ------------------------------------------------------------
+
+        void on_message(const connection_ptr& c, wire::message&& m) {
+            if (m.header.kind != wire::message_kind::control) {
+                report(log_level::warning, "closing connection with " + c->remote_address() +
+                                               ": the manager only takes control messages");
+                c->close();
+                return;
+            }
+            auto body = detail::read_control(m);
+            if (!body) {
+                report(log_level::warning, "closing connection with " + c->remote_address() +
+                                               ": malformed control message");
+                c->close();
+                return;
+            }
+            std::vector<outgoing> out;
+            std::vector<std::function<void(std::error_code)>> done;
+            {
+                std::lock_guard lock(mutex);
+                if (auto it = by_conn.find(c.get()); it != by_conn.end()) {
+                    if (auto mem = members.find(it->second); mem != members.end()) {
+                        mem->second.last_seen = clock::now();
+                    }
+                }
+                switch (body->op) {
+                case control_op::join:
+                    on_join(c, m.header, std::move(*body), out);
+                    break;
+                case control_op::heartbeat:
+                    on_heartbeat(c, m.header, out);
+                    break;
+                case control_op::barrier:
+                    on_barrier(c, m.header, body->barrier_group, out);
+                    break;
+                case control_op::leave:
+                    on_leave(c, m.header, out, done);
+                    break;
+                case control_op::view:
+                    out.push_back(
+                        {c, refusal(m.header, errc::bad_message_kind, "nodes do not send views")});
+                    break;
+                }
+            }
+            flush(out, done);
+        }
+
+        void on_close(const connection_ptr& c) {
+            std::vector<outgoing> out;
+            std::vector<std::function<void(std::error_code)>> done;
+            {
+                std::lock_guard lock(mutex);
+                std::erase_if(joins, [&](const joining& j) { return j.conn == c; });
+                auto it = by_conn.find(c.get());
+                if (it == by_conn.end() || ph == phase::finished) {
+                    return; // unknown, or the manager itself is shutting down
+                }
+                const node_id id = it->second;
+                by_conn.erase(it);
+                if (members.count(id) != 0) {
+                    fail_node(id, "its connection to the manager was lost", out, done);
+                }
+            }
+            flush(out, done);
+        }
+
+        static wire::message refusal(const wire::message_header& request, errc e,
+                                     std::string text) {
+            control_body b;
+            b.text = std::move(text);
+            return detail::make_control(b, &request, make_error_code(e));
+        }
+
+        void on_join(const connection_ptr& c, const wire::message_header& h, control_body b,
+                     std::vector<outgoing>& out) {
+            if (b.job_id != opts.job_id) {
+                report(log_level::warning, c->remote_address() + " asked to join job '" + b.job_id +
+                                               "'; this is job '" + opts.job_id + "': refused");
+                out.push_back({c, refusal(h, errc::job_mismatch,
+                                          "the manager at " + address + " runs job '" +
+                                              opts.job_id + "', not '" + b.job_id + "'")});
+                return;
+            }
+            if (b.role == node_role::manager ||
+                (b.role == node_role::server && b.address.empty())) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "a joining node must be a server (with an address) "
+                                          "or a worker")});
+                return;
+            }
+            const std::uint32_t expected =
+                b.role == node_role::server ? opts.servers : opts.workers;
+            const auto same_role = std::count_if(joins.begin(), joins.end(), [&](const joining& j) {
+                return j.body.role == b.role;
+            });
+            if (ph != phase::registering || static_cast<std::uint32_t>(same_role) >= expected) {
+                out.push_back({c, refusal(h, errc::job_full,
+                                          "job '" + opts.job_id + "' already has its " +
+                                              std::to_string(expected) + " " +
+                                              std::string(to_string(b.role)) + "s")});
+                return;
+            }
+            for (const auto& j : joins) {
+                if (j.body.role == b.role && j.body.rank == b.rank && j.body.local == b.local) {
+                    out.push_back(
+                        {c, refusal(h, errc::invalid_argument,
+                                    "a " + std::string(to_string(b.role)) + " of rank " +
+                                        std::to_string(b.rank) + " index " +
+                                        std::to_string(b.local) + " has registered already")});
+                    return;
+                }
+            }
+            joins.push_back({c, h, std::move(b)});
+            const auto servers = std::count_if(joins.begin(), joins.end(), [](const joining& j) {
+                return j.body.role == node_role::server;
+            });
+            if (static_cast<std::uint32_t>(servers) == opts.servers &&
+                joins.size() == std::size_t{opts.servers} + opts.workers) {
+                form_job(out);
+            }
+        }
+
+        /// Everyone is here: number the nodes, place the keys, answer every join.
+        void form_job(std::vector<outgoing>& out) {
+            std::stable_sort(joins.begin(), joins.end(), [](const joining& a, const joining& b) {
+                return std::tuple(a.body.role, a.body.rank, a.body.local) <
+                       std::tuple(b.body.role, b.body.rank, b.body.local);
+            });
+            auto v = std::make_shared<membership_view>();
+            v->job_id = opts.job_id;
+            v->version = 1;
+            v->nodes.push_back({0, node_role::manager, node_state::alive, address, 0, 0, {}});
+            std::vector<node_id> servers;
+            std::uint32_t index[2] = {0, 0};
+            const auto now = clock::now();
+            for (std::size_t i = 0; i < joins.size(); ++i) {
+                const auto& j = joins[i];
+                const auto id = static_cast<node_id>(i + 1);
+                const bool server = j.body.role == node_role::server;
+                v->nodes.push_back({id,
+                                    j.body.role,
+                                    node_state::alive,
+                                    server ? j.body.address : std::string{},
+                                    j.body.rank,
+                                    index[server ? 0 : 1]++,
+                                    {}});
+                if (server) {
+                    servers.push_back(id);
+                }
+                members[id] = {j.conn, now};
+                by_conn[j.conn.get()] = id;
+            }
+            v->ring = ring::balanced(opts.ring, servers);
+            view = v;
+            ph = phase::running;
+            for (std::size_t i = 0; i < joins.size(); ++i) {
+                control_body b;
+                b.op = control_op::join;
+                b.id = static_cast<node_id>(i + 1);
+                b.version = v->version;
+                b.view = *v;
+                out.push_back({joins[i].conn, detail::make_control(b, &joins[i].request)});
+            }
+            report(log_level::info, "job '" + opts.job_id +
+                                        "' formed: " + std::to_string(opts.servers) + " servers, " +
+                                        std::to_string(opts.workers) + " workers");
+            joins.clear();
+        }
+
+        void on_heartbeat(const connection_ptr& c, const wire::message_header& h,
+                          std::vector<outgoing>& out) {
+            auto it = by_conn.find(c.get());
+            if (it != by_conn.end() && view) {
+                const auto* n = view->find(it->second);
+                if (n && n->state == node_state::failed) {
+                    out.push_back(
+                        {c, refusal(h, errc::node_failed,
+                                    n->describe() + " was declared failed: " + n->failure)});
+                    return;
+                }
+            }
+            control_body b;
+            b.op = control_op::heartbeat;
+            b.version = view ? view->version : 0;
+            out.push_back({c, detail::make_control(b, &h)});
+        }
+
+        void on_barrier(const connection_ptr& c, const wire::message_header& h, group g,
+                        std::vector<outgoing>& out) {
+            auto it = by_conn.find(c.get());
+            const node_info* n = (it != by_conn.end() && view) ? view->find(it->second) : nullptr;
+            if (!n || n->state != node_state::alive) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "a barrier needs a live member of the job")});
+                return;
+            }
+            if (!in_group(n->role, g)) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          n->describe() + " is not in the barrier's group")});
+                return;
+            }
+            if (auto why = failed_in(g); !why.empty()) {
+                out.push_back({c, refusal(h, errc::node_failed, why)});
+                return;
+            }
+            auto& b = barriers[index_of(g)];
+            b.waiting.push_back({c, h});
+            b.arrived.insert(n->id);
+            try_release(g, out);
+        }
+
+        void on_leave(const connection_ptr& c, const wire::message_header& h,
+                      std::vector<outgoing>& out,
+                      std::vector<std::function<void(std::error_code)>>& done) {
+            auto it = by_conn.find(c.get());
+            if (it == by_conn.end() || members.count(it->second) == 0) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "only a live member of the job can leave it")});
+                return;
+            }
+            const node_id id = it->second;
+            members.erase(id);
+            by_conn.erase(it);
+            auto v = std::make_shared<membership_view>(*view);
+            for (auto& n : v->nodes) {
+                if (n.id == id) {
+                    n.state = node_state::left;
+                }
+            }
+            ++v->version;
+            view = v;
+            control_body b;
+            b.op = control_op::leave;
+            b.version = v->version;
+            out.push_back({c, detail::make_control(b, &h)});
+            broadcast(out);
+            for (auto g : {group::all, group::servers, group::workers}) {
+                try_release(g, out);
+            }
+            check_finished(done);
+        }
+
+        // ---- failures, barriers, the end ------------------------------------------
+
+        void fail_node(node_id id, const std::string& why, std::vector<outgoing>& out,
+                       std::vector<std::function<void(std::error_code)>>& done) {
+            members.erase(id);
+            auto v = std::make_shared<membership_view>(*view);
+            std::string described;
+            node_role role = node_role::worker;
+            for (auto& n : v->nodes) {
+                if (n.id == id) {
+                    n.state = node_state::failed;
+                    n.failure = why;
+                    described = n.describe();
+                    role = n.role;
+                }
+            }
+            ++v->version;
+            view = v;
+            report(log_level::error, described + " failed: " + why);
+            broadcast(out);
+            for (auto g : {group::all, group::servers, group::workers}) {
+                if (!in_group(role, g)) {
+                    continue;
+                }
+                auto& b = barriers[index_of(g)];
+                for (auto& w : b.waiting) {
+                    out.push_back({w.conn, refusal(w.request, errc::node_failed,
+                                                   described + " failed: " + why)});
+                }
+                b.waiting.clear();
+                b.arrived.clear();
+            }
+            check_finished(done);
+        }
+
+        /// Every failed node of group `g`, described; empty when none failed.
+        [[nodiscard]] std::string failed_in(group g) const {
+            std::string why;
+            for (const auto& n : view->nodes) {
+                if (n.state == node_state::failed && in_group(n.role, g)) {
+                    why += (why.empty() ? "" : "; ") + n.describe() + " failed: " + n.failure;
+                }
+            }
+            return why;
+        }
+
+        void try_release(group g, std::vector<outgoing>& out) {
+            auto& b = barriers[index_of(g)];
+            if (b.waiting.empty()) {
+                return;
+            }
+            for (const auto& n : view->nodes) {
+                if (n.state == node_state::alive && in_group(n.role, g) &&
+                    b.arrived.count(n.id) == 0) {
+                    return;
+                }
+            }
+            control_body body;
+            body.op = control_op::barrier;
+            body.barrier_group = g;
+            body.version = view->version;
+            for (auto& w : b.waiting) {
+                out.push_back({w.conn, detail::make_control(body, &w.request)});
+            }
+            b.waiting.clear();
+            b.arrived.clear();
+        }
+
+        void broadcast(std::vector<outgoing>& out) {
+            control_body b;
+            b.op = control_op::view;
+            b.version = view->version;
+            b.view = *view;
+            auto m = detail::make_control(b);
+            for (const auto& [id, mem] : members) {
+                out.push_back({mem.conn, m});
+            }
+        }
+
+        void check_finished(std::vector<std::function<void(std::error_code)>>& done) {
+            if (ph != phase::running || !members.empty()) {
+                return;
+            }
+            failure = view->failures();
+            finish(failure.empty() ? std::error_code{} : make_error_code(errc::node_failed), done);
+        }
+
+        void finish(std::error_code ec, std::vector<std::function<void(std::error_code)>>& done) {
+            ph = phase::finished;
+            result = ec;
+            done.swap(waiters);
+            timer.cancel();
+        }
+
+        void flush(std::vector<outgoing>& out,
+                   std::vector<std::function<void(std::error_code)>>& done) {
+            for (auto& o : out) {
+                o.conn->send(std::move(o.message));
+            }
+            for (auto& d : done) {
+                d(result);
+            }
+        }
+
+        static std::size_t index_of(group g) noexcept { return static_cast<std::size_t>(g) - 1; }
+
+        // ---- the clock -------------------------------------------------------------
+
+        void arm() {
+            const auto tick = std::clamp<clock::duration>(opts.heartbeat_timeout / 8,
+                                                          std::chrono::milliseconds(5),
+                                                          std::chrono::milliseconds(250));
+            timer.expires_after(tick);
+            std::weak_ptr<state> weak = weak_from_this();
+            timer.async_wait([weak](std::error_code ec) {
+                if (auto s = weak.lock(); s && !ec) {
+                    s->on_tick();
+                }
+            });
+        }
+
+        void on_tick() {
+            std::vector<outgoing> out;
+            std::vector<std::function<void(std::error_code)>> done;
+            {
+                std::lock_guard lock(mutex);
+                const auto now = clock::now();
+                if (ph == phase::registering && now >= startup_deadline) {
+                    startup_failed(out, done);
+                } else if (ph == phase::running) {
+                    std::vector<node_id> silent;
+                    for (const auto& [id, mem] : members) {
+                        if (now - mem.last_seen > opts.heartbeat_timeout) {
+                            silent.push_back(id);
+                        }
+                    }
+                    const std::string why = "no heartbeat for " +
+                                            std::to_string(opts.heartbeat_timeout.count()) + " ms";
+                    for (auto id : silent) {
+                        if (members.count(id) != 0) {
+                            fail_node(id, why, out, done);
+                        }
+                    }
+                }
+                if (ph != phase::finished) {
+                    arm();
+                }
+            }
+            flush(out, done);
+        }
+
+        void startup_failed(std::vector<outgoing>& out,
+                            std::vector<std::function<void(std::error_code)>>& done) {
+            std::uint32_t servers = 0;
+            for (const auto& j : joins) {
+                servers += j.body.role == node_role::server ? 1 : 0;
+            }
+            const auto workers = static_cast<std::uint32_t>(joins.size()) - servers;
+            failure = "only " + std::to_string(servers) + " of " + std::to_string(opts.servers) +
+                      " servers and " + std::to_string(workers) + " of " +
+                      std::to_string(opts.workers) + " workers registered within " +
+                      std::to_string(opts.startup_timeout.count()) + " ms";
+            report(log_level::error, "job '" + opts.job_id + "' did not start: " + failure);
+            for (const auto& j : joins) {
+                out.push_back({j.conn, refusal(j.request, errc::timed_out,
+                                               "the job did not start: " + failure)});
+            }
+            joins.clear();
+            finish(make_error_code(errc::timed_out), done);
+        }
+    };
+
+    any_transport transport_;
+    std::shared_ptr<state> state_;
+};
+
+} // namespace petrel

@@ -1,0 +1,481 @@
+// Petrel: a node's membership of a job: joining, the view, heartbeats, barriers.
+#pragma once
+
+#include <petrel/cluster/detail/control.hpp>
+#include <petrel/cluster/node.hpp>
+#include <petrel/cluster/view.hpp>
+#include <petrel/core/error.hpp>
+#include <petrel/core/log.hpp>
+#include <petrel/transport/detail/completion.hpp>
+#include <petrel/transport/detail/request_link.hpp>
+#include <petrel/transport/transport.hpp>
+
+#include <asio/async_result.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace petrel {
+
+struct member_options {
+    /// The manager's address ("host:port").
+    std::string root{};
+    /// Must equal the manager's job id, or the join is refused with `errc::job_mismatch`.
+    std::string job_id = "petrel";
+    node_role role = node_role::worker;
+    /// Where peers reach this node: required for a server (its listening address).
+    std::string address{};
+    /// The rank of this process and the node's index within it: node ids follow them.
+    std::uint32_t rank = 0;
+    std::uint32_t local = 0;
+    /// A heartbeat goes to the manager this often...
+    std::chrono::milliseconds heartbeat_interval{200};
+    /// ... and a manager that does not answer one within this long is lost.
+    std::chrono::milliseconds heartbeat_timeout{2000};
+    /// How long `async_join` keeps trying to reach the root and waits for the others.
+    std::chrono::milliseconds startup_timeout{30000};
+};
+
+/// One node's membership of a job: it registers with the manager at the root address,
+/// receives its node id and the membership view, sends heartbeats, follows every new
+/// view, and takes part in barriers.
+///
+/// Failures end waits rather than hang them: a barrier over a group with a failed node
+/// completes with `errc::node_failed`; a manager that stops answering heartbeats ends
+/// every wait with `errc::manager_unreachable`. `failure()` then says which node failed
+/// and why, for the log.
+///
+/// @par Example
+/// @code
+/// petrel::member m(petrel::tcp_transport(io.get_executor()),
+///                  {.root = "10.0.0.1:9000", .job_id = "job-7", .role =
+///                  petrel::node_role::worker});
+/// m.async_join(asio::use_future).get();            // waits until every node registered
+/// auto view = m.view();                             // ids, addresses, the ring
+/// m.async_barrier(petrel::group::workers, asio::use_future).get();
+/// m.async_leave(asio::use_future).get();
+/// @endcode
+///
+/// @par Thread Safety
+/// All member functions may be called from any thread. View callbacks run on the
+/// transport's executor.
+class member {
+public:
+    using view_ptr = std::shared_ptr<const membership_view>;
+    using view_callback = std::function<void(const view_ptr&)>;
+
+    member(any_transport transport, member_options opts)
+        : transport_(std::move(transport)),
+          state_(std::make_shared<state>(transport_, std::move(opts))) {
+        if (state_->opts.role == node_role::manager ||
+            (state_->opts.role == node_role::server && state_->opts.address.empty())) {
+            throw std::invalid_argument("petrel::member: a member is a server (with its address) "
+                                        "or a worker");
+        }
+        if (state_->opts.heartbeat_interval.count() <= 0 ||
+            state_->opts.heartbeat_timeout <= state_->opts.heartbeat_interval) {
+            throw std::invalid_argument("petrel::member: the heartbeat timeout must exceed the "
+                                        "heartbeat interval");
+        }
+        std::weak_ptr<state> weak = state_;
+        state_->link->on_notify([weak](wire::message&& m) {
+            if (auto s = weak.lock()) {
+                s->on_notify(std::move(m));
+            }
+        });
+    }
+
+    member(const member&) = delete;
+    member& operator=(const member&) = delete;
+    ~member() { close(); }
+
+    /// Registers with the manager and completes once every node of the job has: with no
+    /// error and this node's id and view set, or with `errc::job_mismatch`, `errc::job_full`,
+    /// `errc::timed_out` (the job did not form in time) or `errc::manager_unreachable`
+    /// (the root never answered within the startup timeout). Signature
+    /// `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto async_join(CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this](auto handler) {
+                state_->join(detail::once_function<std::error_code>(std::move(handler),
+                                                                    transport_.get_executor()));
+            },
+            token);
+    }
+
+    /// Waits until every live node of `g` has called it; completes with
+    /// `errc::node_failed` if a node of `g` failed. Signature `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto async_barrier(group g, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this, g](auto handler) {
+                detail::control_body b;
+                b.op = detail::control_op::barrier;
+                b.barrier_group = g;
+                state_->call(b, detail::no_deadline,
+                             detail::once_function<std::error_code>(std::move(handler),
+                                                                    transport_.get_executor()));
+            },
+            token);
+    }
+
+    /// Tells the manager this node is done (nobody waits for it afterwards) and stops the
+    /// heartbeats. Signature `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto async_leave(CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this](auto handler) {
+                state_->leave(detail::once_function<std::error_code>(std::move(handler),
+                                                                     transport_.get_executor()));
+            },
+            token);
+    }
+
+    /// This node's id; `no_node` before the join completed.
+    [[nodiscard]] node_id id() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->id;
+    }
+
+    /// The newest view; null before the join completed.
+    [[nodiscard]] view_ptr view() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->view;
+    }
+
+    /// Calls `cb` with every later view; returns a handle for `unsubscribe`.
+    std::size_t subscribe(view_callback cb) {
+        std::lock_guard lock(state_->mutex);
+        const std::size_t handle = ++state_->next_subscription;
+        state_->subscribers.emplace(handle, std::move(cb));
+        return handle;
+    }
+
+    void unsubscribe(std::size_t handle) {
+        std::lock_guard lock(state_->mutex);
+        state_->subscribers.erase(handle);
+    }
+
+    /// What went wrong, for a log: failed nodes of the view, a refusal by the manager, or
+    /// a lost manager. Empty when nothing did.
+    [[nodiscard]] std::string failure() const {
+        std::lock_guard lock(state_->mutex);
+        std::string s = state_->view ? state_->view->failures() : std::string{};
+        if (!state_->failure.empty()) {
+            s += state_->failure + "\n";
+        }
+        return s;
+    }
+
+    [[nodiscard]] const member_options& options() const noexcept { return state_->opts; }
+    [[nodiscard]] asio::any_io_executor get_executor() const { return transport_.get_executor(); }
+
+    /// Stops heartbeats and ends every wait with `errc::shut_down`. Idempotent.
+    void close() { state_->close(make_error_code(errc::shut_down)); }
+
+private:
+    using clock = std::chrono::steady_clock;
+    using done_fn = std::function<void(std::error_code)>;
+
+    struct state : std::enable_shared_from_this<state> {
+        state(const any_transport& t, member_options o)
+            : opts(std::move(o)), log(t.options().log),
+              link(std::make_shared<detail::request_link>(t, opts.root, opts.heartbeat_timeout)),
+              timer(t.get_executor()) {}
+
+        member_options opts;
+        logger log;
+        std::shared_ptr<detail::request_link> link;
+        mutable std::mutex mutex;
+        asio::steady_timer timer;
+        node_id id = no_node;
+        view_ptr view;
+        std::map<std::size_t, view_callback> subscribers;
+        std::size_t next_subscription = 0;
+        std::string failure;
+        bool heartbeating = false;
+        bool closed = false;
+
+        [[nodiscard]] std::string name() const {
+            return "petrel " + std::string(to_string(opts.role)) +
+                   (id == no_node ? std::string(" (rank " + std::to_string(opts.rank) + ")")
+                                  : " " + std::to_string(id));
+        }
+
+        void report(log_level level, const std::string& text) {
+            if (log) {
+                log(level, name() + ": " + text);
+            }
+        }
+
+        /// The text a failed reply carries, or the error's message.
+        static std::string reason(std::error_code ec, const wire::message& reply) {
+            if (auto b = detail::read_control(reply); b && !b->text.empty()) {
+                return b->text;
+            }
+            return ec.message();
+        }
+
+        // ---- join --------------------------------------------------------------------
+
+        void join(done_fn done) {
+            const auto deadline = clock::now() + opts.startup_timeout;
+            attempt(std::move(done), deadline, false);
+        }
+
+        void attempt(done_fn done, clock::time_point deadline, bool reached) {
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+            if (left.count() <= 0) {
+                const auto ec =
+                    make_error_code(reached ? errc::timed_out : errc::manager_unreachable);
+                remember(reached ? "the job did not form within " +
+                                       std::to_string(opts.startup_timeout.count()) + " ms"
+                                 : "the root " + opts.root + " did not answer within " +
+                                       std::to_string(opts.startup_timeout.count()) + " ms");
+                done(ec);
+                return;
+            }
+            detail::control_body b;
+            b.op = detail::control_op::join;
+            b.job_id = opts.job_id;
+            b.role = opts.role;
+            b.rank = opts.rank;
+            b.local = opts.local;
+            b.address = opts.address;
+            std::weak_ptr<state> weak = weak_from_this();
+            link->request(
+                detail::make_control(b),
+                [weak, done, deadline](std::error_code ec, wire::message&& m) mutable {
+                    auto self = weak.lock();
+                    if (!self) {
+                        done(make_error_code(errc::shut_down));
+                        return;
+                    }
+                    self->joined(ec, std::move(m), std::move(done), deadline);
+                },
+                left);
+        }
+
+        void joined(std::error_code ec, wire::message&& m, done_fn done,
+                    clock::time_point deadline) {
+            const bool ours = ec.category() == error_category();
+            const bool retry = ec && (!ours || ec == errc::connection_closed);
+            if (retry) {
+                // The root is not up yet (or went away while we waited): try again.
+                auto t = std::make_shared<asio::steady_timer>(timer.get_executor());
+                t->expires_after(std::chrono::milliseconds(100));
+                std::weak_ptr<state> weak = weak_from_this();
+                t->async_wait([weak, t, done = std::move(done), deadline](std::error_code) mutable {
+                    if (auto self = weak.lock(); self && !self->is_closed()) {
+                        self->attempt(std::move(done), deadline, false);
+                    } else {
+                        done(make_error_code(errc::shut_down));
+                    }
+                });
+                return;
+            }
+            if (ec) {
+                auto body = detail::read_control(m);
+                const std::string why =
+                    body && !body->text.empty()
+                        ? body->text
+                        : (ec == errc::timed_out
+                               ? "the job did not form within " +
+                                     std::to_string(opts.startup_timeout.count()) + " ms"
+                               : ec.message());
+                remember("could not join: " + why);
+                done(ec);
+                return;
+            }
+            auto b = detail::read_control(m);
+            if (!b || !b->view || !valid(*b->view) || !b->view->find(b->id)) {
+                remember("the manager sent a malformed join reply");
+                done(make_error_code(errc::malformed_header));
+                return;
+            }
+            {
+                std::lock_guard lock(mutex);
+                id = b->id;
+                if (!view || view->version < b->view->version) {
+                    view = std::make_shared<const membership_view>(std::move(*b->view));
+                }
+                heartbeating = !closed;
+            }
+            if (log) {
+                report(log_level::info, "joined job '" + opts.job_id + "'");
+            }
+            schedule_heartbeat();
+            done({});
+        }
+
+        /// A view is usable when every ring owner is one of its servers.
+        static bool valid(const membership_view& v) {
+            for (auto owner : v.ring.owner_table()) {
+                const auto* n = v.find(owner);
+                if (!n || n->role != node_role::server) {
+                    return false;
+                }
+            }
+            return true;
+        }
+
+        // ---- views ---------------------------------------------------------------------
+
+        void on_notify(wire::message&& m) {
+            auto b = detail::read_control(m);
+            if (!b || b->op != detail::control_op::view || !b->view || !valid(*b->view)) {
+                report(log_level::warning, "ignored a malformed message from the manager");
+                return;
+            }
+            std::vector<view_callback> cbs;
+            view_ptr v;
+            {
+                std::lock_guard lock(mutex);
+                if (view && view->version >= b->view->version) {
+                    return;
+                }
+                v = std::make_shared<const membership_view>(std::move(*b->view));
+                view = v;
+                for (const auto& [h, cb] : subscribers) {
+                    cbs.push_back(cb);
+                }
+            }
+            for (auto& cb : cbs) {
+                cb(v);
+            }
+        }
+
+        // ---- heartbeats ------------------------------------------------------------------
+
+        void schedule_heartbeat() {
+            std::lock_guard lock(mutex);
+            if (!heartbeating) {
+                return;
+            }
+            timer.expires_after(opts.heartbeat_interval);
+            std::weak_ptr<state> weak = weak_from_this();
+            timer.async_wait([weak](std::error_code ec) {
+                if (auto self = weak.lock(); self && !ec) {
+                    self->beat();
+                }
+            });
+        }
+
+        void beat() {
+            {
+                std::lock_guard lock(mutex);
+                if (!heartbeating) {
+                    return;
+                }
+            }
+            detail::control_body b;
+            b.op = detail::control_op::heartbeat;
+            std::weak_ptr<state> weak = weak_from_this();
+            link->request(detail::make_control(b), [weak](std::error_code ec, wire::message&& m) {
+                auto self = weak.lock();
+                if (!self) {
+                    return;
+                }
+                if (!ec) {
+                    self->schedule_heartbeat();
+                    return;
+                }
+                if (ec == errc::shut_down && self->is_closed()) {
+                    return;
+                }
+                if (ec == errc::node_failed) {
+                    self->lost(errc::node_failed, reason(ec, m));
+                } else {
+                    self->lost(errc::manager_unreachable, "the manager at " + self->opts.root +
+                                                              " stopped answering heartbeats (" +
+                                                              ec.message() + ")");
+                }
+            });
+        }
+
+        /// The manager is gone (or declared this node failed): every wait ends.
+        void lost(errc e, const std::string& why) {
+            {
+                std::lock_guard lock(mutex);
+                if (!heartbeating) {
+                    return;
+                }
+                heartbeating = false;
+            }
+            remember(why);
+            report(log_level::error, why);
+            link->close(make_error_code(e));
+        }
+
+        // ---- barrier and leave --------------------------------------------------------------
+
+        void call(const detail::control_body& b, std::chrono::milliseconds timeout, done_fn done) {
+            std::weak_ptr<state> weak = weak_from_this();
+            link->request(
+                detail::make_control(b),
+                [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
+                    if (ec && ec != errc::shut_down) {
+                        if (auto self = weak.lock()) {
+                            self->remember(reason(ec, m));
+                        }
+                    }
+                    done(ec);
+                },
+                timeout);
+        }
+
+        void leave(done_fn done) {
+            detail::control_body b;
+            b.op = detail::control_op::leave;
+            std::weak_ptr<state> weak = weak_from_this();
+            call(b, opts.heartbeat_timeout, [weak, done = std::move(done)](std::error_code ec) {
+                if (auto self = weak.lock()) {
+                    std::lock_guard lock(self->mutex);
+                    self->heartbeating = false;
+                    self->timer.cancel();
+                }
+                done(ec);
+            });
+        }
+
+        void remember(const std::string& why) {
+            std::lock_guard lock(mutex);
+            if (failure.find(why) == std::string::npos) {
+                failure += (failure.empty() ? "" : "\n") + why;
+            }
+        }
+
+        bool is_closed() const {
+            std::lock_guard lock(mutex);
+            return closed;
+        }
+
+        void close(std::error_code ec) {
+            {
+                std::lock_guard lock(mutex);
+                if (closed) {
+                    return;
+                }
+                closed = true;
+                heartbeating = false;
+                timer.cancel();
+            }
+            link->close(ec);
+        }
+    };
+
+    any_transport transport_;
+    std::shared_ptr<state> state_;
+};
+
+} // namespace petrel

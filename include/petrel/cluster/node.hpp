@@ -1,0 +1,46 @@
+// Petrel: node ids and roles.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace petrel {
+
+/// A node's id in a job, assigned by the manager: 0 is the manager, then the servers,
+/// then the workers, each group ordered by (process rank, index within the process).
+using node_id = std::uint32_t;
+
+/// The id of no node.
+inline constexpr node_id no_node = 0xFFFFFFFFu;
+
+/// What a node does. Numbers are fixed: they are on the wire.
+enum class node_role : std::uint8_t {
+    manager = 1, ///< rendezvous, membership view, barriers, heartbeats
+    server = 2,  ///< holds a share of the tables and answers pushes and pulls
+    worker = 3,  ///< runs the training code: pushes gradients, pulls weights
+};
+
+[[nodiscard]] constexpr std::string_view to_string(node_role r) noexcept {
+    switch (r) {
+    case node_role::manager:
+        return "manager";
+    case node_role::server:
+        return "server";
+    case node_role::worker:
+        return "worker";
+    }
+    return "unknown";
+}
+
+/// "manager", "server" or "worker" (as `to_string` writes them); nothing otherwise.
+[[nodiscard]] constexpr std::optional<node_role> parse_node_role(std::string_view s) noexcept {
+    for (auto r : {node_role::manager, node_role::server, node_role::worker}) {
+        if (s == to_string(r)) {
+            return r;
+        }
+    }
+    return std::nullopt;
+}
+
+} // namespace petrel

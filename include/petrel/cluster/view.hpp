@@ -1,0 +1,229 @@
+// Petrel: the membership view the manager broadcasts.
+#pragma once
+
+#include <petrel/cluster/node.hpp>
+#include <petrel/cluster/ring.hpp>
+
+#include <cereal/archives/binary.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace petrel {
+
+/// Where a node is in its life. Numbers are fixed: they are on the wire.
+enum class node_state : std::uint8_t {
+    alive = 1,  ///< registered and heard from within the heartbeat timeout
+    left = 2,   ///< said goodbye: its work is done, nobody waits for it
+    failed = 3, ///< died: no heartbeat within the timeout, or its connection was lost
+};
+
+[[nodiscard]] constexpr std::string_view to_string(node_state s) noexcept {
+    switch (s) {
+    case node_state::alive:
+        return "alive";
+    case node_state::left:
+        return "left";
+    case node_state::failed:
+        return "failed";
+    }
+    return "unknown";
+}
+
+/// One node of a job as the manager knows it.
+struct node_info {
+    node_id id = no_node;
+    node_role role = node_role::worker;
+    node_state state = node_state::alive;
+    /// Where peers reach it ("host:port"): the listening address of a server or the
+    /// manager; empty for a worker.
+    std::string address;
+    /// The rank of the process hosting it.
+    std::uint32_t rank = 0;
+    /// Its position among the nodes of its role: server 0..S-1, worker 0..W-1.
+    std::uint32_t index = 0;
+    /// Why it failed, when `state == node_state::failed`.
+    std::string failure;
+
+    friend bool operator==(const node_info&, const node_info&) = default;
+
+    /// "server 2 (index 1, rank 1, 10.0.0.2:4001)", for messages.
+    [[nodiscard]] std::string describe() const {
+        std::string s = std::string(to_string(role)) + " " + std::to_string(id) + " (";
+        if (role != node_role::manager) {
+            s += to_string(role);
+            s += " #" + std::to_string(index) + ", ";
+        }
+        s += "rank " + std::to_string(rank);
+        if (!address.empty()) {
+            s += ", " + address;
+        }
+        return s + ")";
+    }
+};
+
+/// The groups a barrier can span.
+enum class group : std::uint8_t {
+    all = 1,     ///< every server and worker
+    servers = 2, ///< every server
+    workers = 3, ///< every worker
+};
+
+[[nodiscard]] constexpr bool in_group(node_role r, group g) noexcept {
+    switch (g) {
+    case group::all:
+        return r == node_role::server || r == node_role::worker;
+    case group::servers:
+        return r == node_role::server;
+    case group::workers:
+        return r == node_role::worker;
+    }
+    return false;
+}
+
+/// What every node knows about its job: who is in it, in which state, and which server
+/// owns which keys. The manager makes a new version on every change and sends it to
+/// every live node; versions only grow.
+struct membership_view {
+    std::string job_id;
+    std::uint64_t version = 0;
+    /// Ordered by id: the manager (0), the servers, then the workers.
+    std::vector<node_info> nodes;
+    /// Key placement over the servers.
+    petrel::ring ring;
+
+    friend bool operator==(const membership_view&, const membership_view&) = default;
+
+    /// The node with id `id`, or nullptr.
+    [[nodiscard]] const node_info* find(node_id id) const noexcept {
+        auto it = std::lower_bound(nodes.begin(), nodes.end(), id,
+                                   [](const node_info& n, node_id i) { return n.id < i; });
+        return it != nodes.end() && it->id == id ? &*it : nullptr;
+    }
+
+    /// The nodes of one role, in id order.
+    [[nodiscard]] std::vector<const node_info*> of_role(node_role r) const {
+        std::vector<const node_info*> out;
+        for (const auto& n : nodes) {
+            if (n.role == r) {
+                out.push_back(&n);
+            }
+        }
+        return out;
+    }
+
+    [[nodiscard]] std::size_t count(node_role r, node_state s) const noexcept {
+        return static_cast<std::size_t>(
+            std::count_if(nodes.begin(), nodes.end(),
+                          [&](const node_info& n) { return n.role == r && n.state == s; }));
+    }
+
+    /// The failed nodes, described, one per line; empty when none failed.
+    [[nodiscard]] std::string failures() const {
+        std::string s;
+        for (const auto& n : nodes) {
+            if (n.state == node_state::failed) {
+                s += n.describe() + " failed: " + n.failure + "\n";
+            }
+        }
+        return s;
+    }
+};
+
+namespace detail {
+
+/// Limits a view decoder enforces before it allocates.
+inline constexpr std::uint32_t max_view_nodes = 1u << 16;
+inline constexpr std::uint32_t max_text_bytes = 4096;
+
+template <class Archive>
+void save_text(Archive& ar, const std::string& s) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(s.size(), max_text_bytes));
+    ar(n);
+    ar(cereal::binary_data(s.data(), n));
+}
+
+template <class Archive>
+void load_text(Archive& ar, std::string& s) {
+    std::uint32_t n = 0;
+    ar(n);
+    if (n > max_text_bytes) {
+        throw std::length_error("text field too long");
+    }
+    s.resize(n);
+    ar(cereal::binary_data(s.data(), n));
+}
+
+} // namespace detail
+
+template <class Archive>
+void save(Archive& ar, const node_info& n) {
+    ar(n.id, n.role, n.state, n.rank, n.index);
+    detail::save_text(ar, n.address);
+    detail::save_text(ar, n.failure);
+}
+
+template <class Archive>
+void load(Archive& ar, node_info& n) {
+    ar(n.id, n.role, n.state, n.rank, n.index);
+    detail::load_text(ar, n.address);
+    detail::load_text(ar, n.failure);
+    if (n.role < node_role::manager || n.role > node_role::worker || n.state < node_state::alive ||
+        n.state > node_state::failed) {
+        throw std::domain_error("unknown node role or state");
+    }
+}
+
+template <class Archive>
+void save(Archive& ar, const membership_view& v) {
+    detail::save_text(ar, v.job_id);
+    ar(v.version);
+    ar(static_cast<std::uint32_t>(v.nodes.size()));
+    for (const auto& n : v.nodes) {
+        ar(n);
+    }
+    const auto& o = v.ring.options();
+    ar(o.partitions, o.stripe_keys, o.replicas, o.seed);
+    const auto& owners = v.ring.owner_table();
+    ar(static_cast<std::uint32_t>(owners.size()));
+    ar(cereal::binary_data(owners.data(), owners.size() * sizeof(node_id)));
+}
+
+/// Checks every count against a limit before allocating; throws on bad input.
+template <class Archive>
+void load(Archive& ar, membership_view& v) {
+    detail::load_text(ar, v.job_id);
+    ar(v.version);
+    std::uint32_t n = 0;
+    ar(n);
+    if (n > detail::max_view_nodes) {
+        throw std::length_error("too many nodes in a view");
+    }
+    v.nodes.resize(n);
+    for (auto& node : v.nodes) {
+        ar(node);
+    }
+    if (!std::is_sorted(v.nodes.begin(), v.nodes.end(),
+                        [](const node_info& a, const node_info& b) { return a.id < b.id; })) {
+        throw std::domain_error("view nodes out of order");
+    }
+    ring_options o;
+    ar(o.partitions, o.stripe_keys, o.replicas, o.seed);
+    std::uint32_t owners = 0;
+    ar(owners);
+    if (owners == 0) {
+        v.ring = ring{};
+        return;
+    }
+    if (owners > (std::uint32_t{1} << 23)) {
+        throw std::length_error("too many ring owners in a view");
+    }
+    std::vector<node_id> table(owners);
+    ar(cereal::binary_data(table.data(), table.size() * sizeof(node_id)));
+    v.ring = ring(o, std::move(table)); // checks options and sizes
+}
+
+} // namespace petrel

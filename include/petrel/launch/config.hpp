@@ -1,0 +1,901 @@
+// Petrel: a process's settings, from the program, the command line and the environment.
+#pragma once
+
+#include <petrel/cluster/node.hpp>
+#include <petrel/launch/launcher.hpp>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace petrel {
+
+/// How a job's processes share out the servers and the workers.
+enum class layout : std::uint8_t {
+    dedicated, ///< each process hosts one server or one worker; the first ranks are servers
+    colocated, ///< each process hosts one server and one worker
+};
+
+/// "dedicated" or "colocated".
+[[nodiscard]] constexpr std::string_view to_string(layout l) noexcept {
+    switch (l) {
+    case layout::dedicated:
+        return "dedicated";
+    case layout::colocated:
+        return "colocated";
+    }
+    return "unknown";
+}
+
+/// "dedicated" or "colocated" (as `to_string` writes them); nothing otherwise.
+[[nodiscard]] constexpr std::optional<layout> parse_layout(std::string_view s) noexcept {
+    for (auto l : {layout::dedicated, layout::colocated}) {
+        if (s == to_string(l)) {
+            return l;
+        }
+    }
+    return std::nullopt;
+}
+
+/// The settings a program fixes in code. Every field is optional: a field that is set wins
+/// over the command line, which wins over the environment, which wins over the defaults.
+///
+/// Each field's comment gives its command-line option and its environment variable; see
+/// `usage()` for the defaults.
+struct config {
+    /// Server nodes in the job.  `--servers N`, `PETREL_SERVERS`.
+    std::optional<std::uint32_t> servers{};
+    /// Worker nodes in the job.  `--workers N`, `PETREL_WORKERS`.
+    std::optional<std::uint32_t> workers{};
+    /// How processes share out the nodes.  `--layout dedicated|colocated`, `PETREL_LAYOUT`.
+    std::optional<petrel::layout> layout{};
+    /// The manager's address, "host:port" ("[v6-address]:port" for IPv6): where rank 0
+    /// listens and every other process connects.  `--root host:port`, `PETREL_ROOT`.
+    std::optional<std::string> root{};
+    /// The host this process listens on.  `--bind host`, `PETREL_BIND`.
+    std::optional<std::string> bind{};
+    /// The host peers use to reach this process.  `--advertise host`, `PETREL_ADVERTISE`.
+    std::optional<std::string> advertise{};
+    /// The job's name, shared by all its processes.  `--job-id ID`, `PETREL_JOB_ID`.
+    std::optional<std::string> job_id{};
+    /// The roles this process hosts, overriding the layout.  `--roles server,worker`,
+    /// `PETREL_ROLES`.
+    std::optional<std::vector<node_role>> roles{};
+    /// I/O threads per process.  `--threads N`, `PETREL_THREADS`.
+    std::optional<std::uint32_t> threads{};
+    /// How often nodes report to the manager.  `--heartbeat-interval MS`,
+    /// `PETREL_HEARTBEAT_INTERVAL`.
+    std::optional<std::chrono::milliseconds> heartbeat_interval{};
+    /// How long the manager waits for a heartbeat before it declares a node dead.
+    /// `--heartbeat-timeout MS`, `PETREL_HEARTBEAT_TIMEOUT`.
+    std::optional<std::chrono::milliseconds> heartbeat_timeout{};
+    /// How long to wait for the root and for all nodes to register.
+    /// `--startup-timeout MS`, `PETREL_STARTUP_TIMEOUT`.
+    std::optional<std::chrono::milliseconds> startup_timeout{};
+    /// How long a push, pull or control request may take.  `--request-timeout MS`,
+    /// `PETREL_REQUEST_TIMEOUT`.
+    std::optional<std::chrono::milliseconds> request_timeout{};
+};
+
+/// Every setting with its value, what the launcher said, and what this process hosts.
+struct settings {
+    /// Server and worker nodes in the whole job.
+    std::uint32_t servers = 0;
+    std::uint32_t workers = 0;
+    petrel::layout layout = petrel::layout::dedicated;
+    /// The manager's address, "host:port" as given (port 0 only without a launcher: a free
+    /// port is chosen at start).
+    std::string root;
+    /// The host this process listens on, and the host peers use to reach it. Both are bare
+    /// hosts: an IPv6 address given in brackets is stored without them.
+    std::string bind;
+    std::string advertise;
+    std::string job_id;
+    /// The roles this process hosts, in the order manager, server, worker; never empty.
+    std::vector<node_role> roles;
+    std::uint32_t threads = 0;
+    std::chrono::milliseconds heartbeat_interval{0};
+    std::chrono::milliseconds heartbeat_timeout{0};
+    std::chrono::milliseconds startup_timeout{0};
+    std::chrono::milliseconds request_timeout{0};
+    /// What the launcher said (`launcher_kind::embedded` without one).
+    launch_info launch;
+    /// `--help` or `-h` was given: print `usage()` and exit.
+    bool help = false;
+    /// The command-line arguments that are not Petrel's, `argv[0]` first, in their order,
+    /// for the program's own parsing.
+    std::vector<std::string> rest;
+    /// How many nodes of each role this process hosts.
+    std::uint32_t managers_here = 0;
+    std::uint32_t servers_here = 0;
+    std::uint32_t workers_here = 0;
+    /// The index of this process's first server among all servers, and of its first worker
+    /// among all workers: the number of servers (workers) on lower ranks. With a roles
+    /// override both are the process's rank, as the others' roles are unknown here; node
+    /// ids are ordered by rank either way.
+    std::uint32_t first_server = 0;
+    std::uint32_t first_worker = 0;
+};
+
+namespace detail {
+
+/// One of Petrel's command-line options.
+struct config_option {
+    std::string_view name;     ///< without the leading "--"
+    std::string_view value;    ///< what the value looks like, for messages and usage()
+    std::string_view variable; ///< the environment variable
+    std::string_view help;     ///< what it sets, and its default
+};
+
+[[nodiscard]] constexpr std::array<config_option, 13> config_options() noexcept {
+    return {{
+        {"servers", "N", "PETREL_SERVERS",
+         "Server nodes in the job. Default: 2 without a launcher; with one, half the "
+         "processes (at least 1) in the dedicated layout, one per process in the colocated "
+         "layout."},
+        {"workers", "N", "PETREL_WORKERS",
+         "Worker nodes in the job. Default: 2 without a launcher; with one, the processes "
+         "that are not servers (dedicated) or one per process (colocated)."},
+        {"layout", "dedicated|colocated", "PETREL_LAYOUT",
+         "How processes share out the nodes: dedicated (one server or one worker per "
+         "process, servers on the first ranks) or colocated (one server and one worker per "
+         "process). Rank 0 also hosts the manager. Default: dedicated."},
+        {"root", "host:port", "PETREL_ROOT",
+         "The manager's address: where rank 0 listens and every other process connects; "
+         "IPv6 as [::1]:port. Under Kubernetes, the headless service name of pod 0. Required "
+         "with a launcher. Default without one: 127.0.0.1:0 (a free port)."},
+        {"bind", "host", "PETREL_BIND",
+         "The host this process listens on. Default: 127.0.0.1 without a launcher, 0.0.0.0 "
+         "with one."},
+        {"advertise", "host", "PETREL_ADVERTISE",
+         "The host peers on other hosts use to reach this process. Default: the bind host; "
+         "when that is 0.0.0.0 or ::, the root's host on rank 0 (or when the root is a "
+         "loopback address), 127.0.0.1 when the launcher says all processes share one host, "
+         "and otherwise it must be set."},
+        {"job-id", "ID", "PETREL_JOB_ID",
+         "The job's name, the same in all its processes. Default: the launcher's job id, "
+         "else petrel."},
+        {"roles", "manager,server,worker", "PETREL_ROLES",
+         "The roles this process hosts, one node each, overriding the layout; needs a "
+         "launcher and the --servers and --workers totals. Only rank 0 hosts the manager, "
+         "and it must."},
+        {"threads", "N", "PETREL_THREADS", "I/O threads per process. Default: 2."},
+        {"heartbeat-interval", "MS", "PETREL_HEARTBEAT_INTERVAL",
+         "Milliseconds between a node's heartbeats to the manager. Default: 200."},
+        {"heartbeat-timeout", "MS", "PETREL_HEARTBEAT_TIMEOUT",
+         "Milliseconds without a heartbeat before the manager declares a node dead; more "
+         "than the heartbeat interval. Default: 2000."},
+        {"startup-timeout", "MS", "PETREL_STARTUP_TIMEOUT",
+         "Milliseconds to wait for the root and for all nodes to register. Default: 30000."},
+        {"request-timeout", "MS", "PETREL_REQUEST_TIMEOUT",
+         "Milliseconds a push, pull or control request may take. Default: 30000."},
+    }};
+}
+
+[[nodiscard]] constexpr std::optional<config_option>
+find_config_option(std::string_view name) noexcept {
+    for (const auto& o : config_options()) {
+        if (o.name == name) {
+            return o;
+        }
+    }
+    return std::nullopt;
+}
+
+/// The command line, split into Petrel's options and the rest.
+struct command_line {
+    /// Petrel's options by name (without "--"); the last occurrence wins.
+    std::map<std::string, std::string, std::less<>> values;
+    bool help = false;
+    std::vector<std::string> rest;
+    /// The first malformed Petrel option, reported unless help was asked for.
+    std::optional<std::string> error{};
+};
+
+[[nodiscard]] inline command_line parse_command_line(int argc, const char* const* argv) {
+    command_line out;
+    if (argv == nullptr) {
+        return out;
+    }
+    for (int i = 0; i < argc && argv[i] != nullptr; ++i) {
+        const std::string_view arg = argv[i];
+        if (i == 0) {
+            out.rest.emplace_back(arg);
+            continue;
+        }
+        if (arg == "--") {
+            // Everything from "--" on is the program's, "--" included.
+            for (; i < argc && argv[i] != nullptr; ++i) {
+                out.rest.emplace_back(argv[i]);
+            }
+            break;
+        }
+        if (arg == "--help" || arg == "-h") {
+            out.help = true;
+            continue;
+        }
+        if (!arg.starts_with("--")) {
+            out.rest.emplace_back(arg);
+            continue;
+        }
+        std::string_view name = arg.substr(2);
+        std::optional<std::string_view> value;
+        if (const auto eq = name.find('='); eq != std::string_view::npos) {
+            value = name.substr(eq + 1);
+            name = name.substr(0, eq);
+        }
+        const auto option = find_config_option(name);
+        if (!option) {
+            out.rest.emplace_back(arg);
+            continue;
+        }
+        if (!value) {
+            if (i + 1 >= argc || argv[i + 1] == nullptr ||
+                std::string_view(argv[i + 1]).starts_with("--")) {
+                if (!out.error) {
+                    out.error = "petrel: --" + std::string(name) + " needs a value (--" +
+                                std::string(name) + " " + std::string(option->value) + " or --" +
+                                std::string(name) + "=" + std::string(option->value) + ")";
+                }
+                continue;
+            }
+            value = argv[++i];
+        }
+        out.values.insert_or_assign(std::string(name), std::string(*value));
+    }
+    return out;
+}
+
+/// A value and where it came from: "config::servers", "--servers", "PETREL_SERVERS", or
+/// empty for a default.
+template <typename T>
+struct config_value {
+    T value;
+    std::string origin;
+    std::string text;
+};
+
+[[noreturn]] inline void config_fail(std::string_view origin, std::string_view text,
+                                     std::string_view problem) {
+    throw config_error("petrel: " + std::string(origin) + "=\"" + std::string(text) +
+                       "\": " + std::string(problem));
+}
+
+template <typename T>
+[[noreturn]] void config_fail(const config_value<T>& v, std::string_view problem) {
+    config_fail(v.origin.empty() ? std::string_view("the default") : v.origin, v.text, problem);
+}
+
+[[nodiscard]] inline std::string config_describe(std::uint32_t v) {
+    return std::to_string(v);
+}
+[[nodiscard]] inline std::string config_describe(const std::string& v) {
+    return v;
+}
+[[nodiscard]] inline std::string config_describe(petrel::layout v) {
+    return std::string(to_string(v));
+}
+[[nodiscard]] inline std::string config_describe(std::chrono::milliseconds v) {
+    return std::to_string(v.count());
+}
+[[nodiscard]] inline std::string config_describe(const std::vector<node_role>& v) {
+    std::string out;
+    for (const auto r : v) {
+        if (!out.empty()) {
+            out += ',';
+        }
+        out += to_string(r);
+    }
+    return out;
+}
+
+/// Parsers from text; each reports a bad value as `config_error` naming `origin`.
+[[nodiscard]] inline std::uint32_t
+config_parse_number(std::string_view origin, std::string_view text, std::string_view allowed) {
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) {
+        config_fail(origin, text, "not a number (expected " + std::string(allowed) + ")");
+    }
+    std::uint32_t n = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec != std::errc{} || end != text.data() + text.size()) {
+        config_fail(origin, text, "too large (expected " + std::string(allowed) + ")");
+    }
+    return n;
+}
+
+struct config_parse_count {
+    std::uint32_t operator()(std::string_view origin, std::string_view text) const {
+        return config_parse_number(origin, text, "a whole number, at least 1");
+    }
+};
+
+struct config_parse_duration {
+    std::chrono::milliseconds operator()(std::string_view origin, std::string_view text) const {
+        return std::chrono::milliseconds(
+            config_parse_number(origin, text, "a whole number of milliseconds, at least 1"));
+    }
+};
+
+struct config_parse_text {
+    std::string operator()(std::string_view, std::string_view text) const {
+        return std::string(text);
+    }
+};
+
+struct config_parse_layout {
+    petrel::layout operator()(std::string_view origin, std::string_view text) const {
+        if (const auto l = parse_layout(text)) {
+            return *l;
+        }
+        config_fail(origin, text, "not a layout (expected dedicated or colocated)");
+    }
+};
+
+struct config_parse_roles {
+    std::vector<node_role> operator()(std::string_view origin, std::string_view text) const {
+        std::vector<node_role> roles;
+        std::string_view left = text;
+        while (true) {
+            const auto comma = left.find(',');
+            const std::string_view item = left.substr(0, comma);
+            const auto role = parse_node_role(item);
+            if (!role) {
+                config_fail(origin, text,
+                            (item.empty() ? std::string("an empty role")
+                                          : "\"" + std::string(item) + "\" is not a role") +
+                                " (expected a comma-separated list of manager, server and "
+                                "worker)");
+            }
+            roles.push_back(*role);
+            if (comma == std::string_view::npos) {
+                break;
+            }
+            left = left.substr(comma + 1);
+        }
+        return roles;
+    }
+};
+
+/// Picks a setting: the program's field, else the command line, else the environment.
+/// A Petrel option on the command line is parsed even when the program's field wins, so a
+/// malformed one is always reported; the environment is read only when it is used.
+template <typename T, typename Parse>
+[[nodiscard]] std::optional<config_value<T>>
+config_pick(const std::optional<T>& program, std::string_view field, const command_line& cl,
+            const environment& env, Parse parse) {
+    const config_option option = *find_config_option(field);
+    std::optional<config_value<T>> from_argv{};
+    if (const auto it = cl.values.find(option.name); it != cl.values.end()) {
+        const std::string origin = "--" + std::string(option.name);
+        from_argv = config_value<T>{parse(origin, it->second), origin, it->second};
+    }
+    if (program) {
+        std::string origin = "config::" + std::string(option.name);
+        std::replace(origin.begin(), origin.end(), '-', '_');
+        return config_value<T>{*program, std::move(origin), config_describe(*program)};
+    }
+    if (from_argv) {
+        return from_argv;
+    }
+    if (env) {
+        if (auto text = env(option.variable)) {
+            const std::string origin(option.variable);
+            T value = parse(origin, *text);
+            return config_value<T>{std::move(value), origin, std::move(*text)};
+        }
+    }
+    return std::nullopt;
+}
+
+template <typename T>
+[[nodiscard]] config_value<T> config_or(std::optional<config_value<T>> v, T fallback) {
+    if (v) {
+        return std::move(*v);
+    }
+    std::string text = config_describe(fallback);
+    return config_value<T>{std::move(fallback), std::string(), std::move(text)};
+}
+
+/// Who may be asked to set what, for messages: "--servers (PETREL_SERVERS)".
+[[nodiscard]] inline std::string config_ask(std::string_view field) {
+    const config_option option = *find_config_option(field);
+    return "--" + std::string(option.name) + " (" + std::string(option.variable) + ")";
+}
+
+[[nodiscard]] inline bool config_is_wildcard(std::string_view host) noexcept {
+    return host == "0.0.0.0" || host == "::" || host.empty();
+}
+
+[[nodiscard]] inline bool config_is_loopback(std::string_view host) noexcept {
+    return host == "localhost" || host.starts_with("127.") || host == "::1";
+}
+
+/// A bare host from "host" or "[v6-address]"; `config_error` for an empty host or one that
+/// looks like "host:port".
+[[nodiscard]] inline std::string config_host(const config_value<std::string>& v) {
+    std::string_view host = v.value;
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+    }
+    if (host.empty()) {
+        config_fail(v, "empty (expected a host name or address, without a port)");
+    }
+    if (host.find_first_of(" \t\r\n[]/") != std::string_view::npos ||
+        std::count(host.begin(), host.end(), ':') == 1) {
+        config_fail(v, "not a host (expected a host name or address, without a port; IPv6 "
+                       "addresses as ::1 or [::1])");
+    }
+    return std::string(host);
+}
+
+/// The host of a "host:port" root; `config_error` when it is not one.
+[[nodiscard]] inline std::string config_root_host(const config_value<std::string>& v,
+                                                  bool launched) {
+    const std::string_view text = v.value;
+    const std::string_view expected =
+        launched ? "expected host:port with a port from 1 to 65535, IPv6 as [::1]:port"
+                 : "expected host:port with a port from 0 to 65535, IPv6 as [::1]:port";
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) {
+        config_fail(v, "no port (" + std::string(expected) + ")");
+    }
+    std::string_view host = text.substr(0, colon);
+    const std::string_view port = text.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+    } else if (host.find(':') != std::string_view::npos) {
+        config_fail(v, "an IPv6 address needs brackets (" + std::string(expected) + ")");
+    }
+    if (host.empty() || host.find_first_of(" \t\r\n[]/") != std::string_view::npos) {
+        config_fail(v, "not a host (" + std::string(expected) + ")");
+    }
+    std::uint32_t n = 0;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), n);
+    if (port.empty() || port.find_first_not_of("0123456789") != std::string_view::npos ||
+        ec != std::errc{} || end != port.data() + port.size() || n > 65535 ||
+        (launched && n == 0)) {
+        config_fail(v, "bad port (" + std::string(expected) + ")");
+    }
+    if (launched && config_is_wildcard(host)) {
+        config_fail(v, "a wildcard address is not reachable: give the address other processes "
+                       "connect to (rank 0's host)");
+    }
+    return std::string(host);
+}
+
+inline void config_check_positive(const config_value<std::uint32_t>& v) {
+    if (v.value == 0) {
+        config_fail(v, "must be at least 1");
+    }
+}
+
+inline void config_check_positive(const config_value<std::chrono::milliseconds>& v) {
+    if (v.value.count() <= 0) {
+        config_fail(v, "must be at least 1 millisecond");
+    }
+}
+
+inline void config_check_roles(const config_value<std::vector<node_role>>& v) {
+    if (v.value.empty()) {
+        config_fail(v, "no roles (expected a comma-separated list of manager, server and "
+                       "worker)");
+    }
+    for (std::size_t i = 0; i < v.value.size(); ++i) {
+        if (!parse_node_role(to_string(v.value[i]))) {
+            config_fail(v, "not a role (expected manager, server or worker)");
+        }
+        for (std::size_t j = 0; j < i; ++j) {
+            if (v.value[i] == v.value[j]) {
+                config_fail(v, "lists " + std::string(to_string(v.value[i])) +
+                                   " twice (each role at most once)");
+            }
+        }
+    }
+}
+
+/// Decides what this process hosts: fills servers, workers, roles, *_here and first_*.
+inline void config_plan(settings& s, const std::optional<config_value<std::uint32_t>>& servers,
+                        const std::optional<config_value<std::uint32_t>>& workers,
+                        const std::optional<config_value<std::vector<node_role>>>& roles) {
+    const std::uint32_t size = s.launch.size;
+    const std::uint32_t rank = s.launch.rank;
+    const auto host = [&](node_role r) {
+        s.roles.push_back(r);
+        switch (r) {
+        case node_role::manager:
+            s.managers_here = 1;
+            break;
+        case node_role::server:
+            s.servers_here = 1;
+            break;
+        case node_role::worker:
+            s.workers_here = 1;
+            break;
+        }
+    };
+
+    if (s.launch.kind == launcher_kind::embedded) {
+        if (roles) {
+            config_fail(*roles, "--roles needs a launcher: set PETREL_RANK and PETREL_SIZE, or "
+                                "run under mpirun, srun or a Kubernetes indexed job");
+        }
+        s.servers = servers ? servers->value : 2;
+        s.workers = workers ? workers->value : 2;
+        s.roles = {node_role::manager, node_role::server, node_role::worker};
+        s.managers_here = 1;
+        s.servers_here = s.servers;
+        s.workers_here = s.workers;
+        return;
+    }
+
+    if (roles) {
+        if (!servers || !workers) {
+            config_fail(*roles, "with a roles override Petrel cannot count the nodes: set the "
+                                "totals with " +
+                                    config_ask("servers") + " and " + config_ask("workers"));
+        }
+        const bool has_manager = std::find(roles->value.begin(), roles->value.end(),
+                                           node_role::manager) != roles->value.end();
+        if (rank == 0 && !has_manager) {
+            config_fail(*roles, "rank 0 hosts the manager (it listens at the root): add "
+                                "manager to its roles");
+        }
+        if (rank != 0 && has_manager) {
+            config_fail(*roles,
+                        "only rank 0 hosts the manager, this is rank " + std::to_string(rank));
+        }
+        s.servers = servers->value;
+        s.workers = workers->value;
+        for (const auto r : {node_role::manager, node_role::server, node_role::worker}) {
+            if (std::find(roles->value.begin(), roles->value.end(), r) != roles->value.end()) {
+                host(r);
+            }
+        }
+        s.first_server = rank;
+        s.first_worker = rank;
+        return;
+    }
+
+    const std::string processes = std::to_string(size) + " process" + (size == 1 ? "" : "es");
+    if (rank == 0) {
+        host(node_role::manager);
+    }
+    if (s.layout == petrel::layout::colocated) {
+        for (const auto* v : {&servers, &workers}) {
+            if (*v && (*v)->value != size) {
+                config_fail(**v, "the colocated layout runs one server and one worker in each "
+                                 "process, so with " +
+                                     processes + " there are " + std::to_string(size) +
+                                     " of each: leave it unset, set it to " + std::to_string(size) +
+                                     ", or use --layout dedicated (PETREL_LAYOUT=dedicated)");
+            }
+        }
+        s.servers = size;
+        s.workers = size;
+        host(node_role::server);
+        host(node_role::worker);
+        s.first_server = rank;
+        s.first_worker = rank;
+        return;
+    }
+
+    // Dedicated: one node per process, servers on ranks [0, servers), workers after them.
+    if (size == 1) {
+        throw config_error("petrel: the dedicated layout runs one server or one worker per "
+                           "process and needs at least 2 processes, but the launcher started "
+                           "1: use --layout colocated (PETREL_LAYOUT=colocated) or start "
+                           "more processes");
+    }
+    if (servers && workers) {
+        if (std::uint64_t{servers->value} + workers->value != size) {
+            throw config_error("petrel: " + servers->origin + "=\"" + servers->text + "\" and " +
+                               workers->origin + "=\"" + workers->text + "\"" +
+                               ": the dedicated layout runs one server or one worker " +
+                               "per process, so servers + workers must equal the " + processes +
+                               " the launcher started");
+        }
+        s.servers = servers->value;
+    } else if (servers) {
+        if (servers->value >= size) {
+            config_fail(*servers, "the dedicated layout runs one server or one worker per "
+                                  "process and needs at least one worker, so with " +
+                                      processes + " at most " + std::to_string(size - 1) +
+                                      " servers");
+        }
+        s.servers = servers->value;
+    } else if (workers) {
+        if (workers->value >= size) {
+            config_fail(*workers, "the dedicated layout runs one server or one worker per "
+                                  "process and needs at least one server, so with " +
+                                      processes + " at most " + std::to_string(size - 1) +
+                                      " workers");
+        }
+        s.servers = size - workers->value;
+    } else {
+        s.servers = std::max<std::uint32_t>(1, size / 2);
+    }
+    s.workers = size - s.servers;
+    if (rank < s.servers) {
+        host(node_role::server);
+        s.first_server = rank;
+        s.first_worker = 0;
+    } else {
+        host(node_role::worker);
+        s.first_server = s.servers;
+        s.first_worker = rank - s.servers;
+    }
+}
+
+/// Resolves every setting; throws `config_error` on the first bad one.
+[[nodiscard]] inline settings config_resolve(const config& program, const command_line& cl,
+                                             const environment& env) {
+    using std::chrono::milliseconds;
+    settings s;
+    s.launch = detect_launcher(env);
+    s.help = cl.help;
+    s.rest = cl.rest;
+    const bool launched = s.launch.kind != launcher_kind::embedded;
+
+    const auto servers = config_pick(program.servers, "servers", cl, env, config_parse_count{});
+    const auto workers = config_pick(program.workers, "workers", cl, env, config_parse_count{});
+    const auto layout = config_pick(program.layout, "layout", cl, env, config_parse_layout{});
+    const auto root = config_pick(program.root, "root", cl, env, config_parse_text{});
+    const auto bind = config_pick(program.bind, "bind", cl, env, config_parse_text{});
+    const auto advertise =
+        config_pick(program.advertise, "advertise", cl, env, config_parse_text{});
+    const auto job_id = config_pick(program.job_id, "job-id", cl, env, config_parse_text{});
+    const auto roles = config_pick(program.roles, "roles", cl, env, config_parse_roles{});
+    const auto threads =
+        config_or(config_pick(program.threads, "threads", cl, env, config_parse_count{}), 2u);
+    const auto interval = config_or(config_pick(program.heartbeat_interval, "heartbeat-interval",
+                                                cl, env, config_parse_duration{}),
+                                    milliseconds(200));
+    const auto timeout = config_or(config_pick(program.heartbeat_timeout, "heartbeat-timeout", cl,
+                                               env, config_parse_duration{}),
+                                   milliseconds(2000));
+    const auto startup = config_or(
+        config_pick(program.startup_timeout, "startup-timeout", cl, env, config_parse_duration{}),
+        milliseconds(30000));
+    const auto request = config_or(
+        config_pick(program.request_timeout, "request-timeout", cl, env, config_parse_duration{}),
+        milliseconds(30000));
+
+    for (const auto* v : {&servers, &workers}) {
+        if (*v) {
+            config_check_positive(**v);
+        }
+    }
+    if (roles) {
+        config_check_roles(*roles);
+    }
+    config_check_positive(threads);
+    for (const auto* v : {&interval, &timeout, &startup, &request}) {
+        config_check_positive(*v);
+    }
+    if (timeout.value <= interval.value) {
+        const auto name = [](const config_value<std::chrono::milliseconds>& v,
+                             std::string_view what) {
+            return v.origin.empty() ? "the default " + std::string(what) + " (" + v.text + " ms)"
+                                    : v.origin + "=\"" + v.text + "\"";
+        };
+        throw config_error("petrel: " + name(timeout, "heartbeat timeout") + " must exceed " +
+                           name(interval, "heartbeat interval") +
+                           ": a node is declared dead when no heartbeat came for the timeout, "
+                           "so it must span several heartbeats");
+    }
+
+    s.layout = layout ? layout->value : petrel::layout::dedicated;
+    config_plan(s, servers, workers, roles);
+
+    if (!root && launched) {
+        throw config_error(
+            "petrel: no root: set PETREL_ROOT=host:port or --root host:port, the address where "
+            "rank 0 (the manager) listens and every process connects (under Kubernetes, the "
+            "headless service name of pod 0 and a port)");
+    }
+    const auto root_value = config_or(root, std::string("127.0.0.1:0"));
+    const std::string root_host = config_root_host(root_value, launched);
+    s.root = root_value.value;
+
+    s.bind = config_host(config_or(bind, std::string(launched ? "0.0.0.0" : "127.0.0.1")));
+    if (advertise) {
+        s.advertise = config_host(*advertise);
+    } else if (!config_is_wildcard(s.bind)) {
+        s.advertise = s.bind;
+    } else if ((s.managers_here > 0 || config_is_loopback(root_host)) &&
+               !config_is_wildcard(root_host)) {
+        s.advertise = root_host;
+    } else if (!launched || s.launch.local_size == s.launch.size) {
+        s.advertise = "127.0.0.1";
+    } else {
+        throw config_error("petrel: no advertise address: this process listens on " + s.bind +
+                           " (all interfaces) and processes may run on several hosts; set " +
+                           "PETREL_ADVERTISE or --advertise to the address peers on other " +
+                           "hosts use to reach this process (e.g. the host's or pod's IP)");
+    }
+
+    const auto job =
+        config_or(job_id, s.launch.job_id.empty() ? std::string("petrel") : s.launch.job_id);
+    if (job.value.empty()) {
+        config_fail(job, "empty (expected the job's name)");
+    }
+    s.job_id = job.value;
+
+    s.threads = threads.value;
+    s.heartbeat_interval = interval.value;
+    s.heartbeat_timeout = timeout.value;
+    s.startup_timeout = startup.value;
+    s.request_timeout = request.value;
+    return s;
+}
+
+/// The settings returned with help when the others cannot be resolved: the defaults of a
+/// process without a launcher.
+[[nodiscard]] inline settings config_help_only(command_line cl) {
+    settings s;
+    s.help = true;
+    s.rest = std::move(cl.rest);
+    s.servers = 2;
+    s.workers = 2;
+    s.root = "127.0.0.1:0";
+    s.bind = "127.0.0.1";
+    s.advertise = "127.0.0.1";
+    s.job_id = "petrel";
+    s.roles = {node_role::manager, node_role::server, node_role::worker};
+    s.threads = 2;
+    s.heartbeat_interval = std::chrono::milliseconds(200);
+    s.heartbeat_timeout = std::chrono::milliseconds(2000);
+    s.startup_timeout = std::chrono::milliseconds(30000);
+    s.request_timeout = std::chrono::milliseconds(30000);
+    s.managers_here = 1;
+    s.servers_here = 2;
+    s.workers_here = 2;
+    return s;
+}
+
+/// Appends `text` to `out`, wrapped at `width` columns, each line indented by `indent`.
+inline void config_wrap(std::string& out, std::string_view text, std::size_t indent,
+                        std::size_t width) {
+    std::size_t column = 0;
+    while (!text.empty()) {
+        const auto space = text.find(' ');
+        const std::string_view word = text.substr(0, space);
+        text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+        if (column > 0 && column + 1 + word.size() > width) {
+            out += '\n';
+            column = 0;
+        }
+        if (column == 0) {
+            out.append(indent, ' ');
+            column = indent;
+        } else {
+            out += ' ';
+            ++column;
+        }
+        out += word;
+        column += word.size();
+    }
+    out += '\n';
+}
+
+} // namespace detail
+
+/// Resolves this process's settings from the program's `config`, the command line and the
+/// environment, and decides which nodes the process hosts.
+///
+/// A field set in `program` wins over a command-line option, which wins over an environment
+/// variable, which wins over the default. Options are written `--servers 4` or
+/// `--servers=4`; arguments that are not Petrel's options (including other `--flags`, and
+/// everything from a `--` on) are returned in `rest`, in order, after `argv[0]`. When
+/// an option is given twice the last one counts.
+///
+/// Without a launcher (see `detect_launcher`) the process hosts the whole job: the manager,
+/// `servers` servers and `workers` workers. Under a launcher with P processes, rank 0
+/// hosts the manager and:
+/// - in the dedicated layout, ranks `[0, servers)` host one server each and the others one
+///   worker each, so servers + workers = P (servers defaults to P / 2, at least 1);
+/// - in the colocated layout, every rank hosts one server and one worker (servers = workers
+///   = P);
+/// - with a roles override, the process hosts exactly the listed roles; the totals must be
+///   given.
+///
+/// When `--help` or `-h` is given, `help` is set and no `config_error` is thrown: if the
+/// settings cannot be resolved, the defaults without a launcher are returned with `rest`.
+///
+/// @throws config_error naming the option, variable or field, its value, and what is
+/// allowed: a malformed or missing value, totals that do not fit the layout, no root under a
+/// launcher, or no way to choose the advertised host.
+///
+/// @par Example
+/// @code
+/// int main(int argc, char** argv) {
+///     petrel::config program;
+///     program.layout = petrel::layout::colocated;   // wins over --layout and PETREL_LAYOUT
+///     petrel::settings s = petrel::resolve(program, argc, argv);
+///     if (s.help) {
+///         std::cout << petrel::usage(argv[0]);
+///         return 0;
+///     }
+///     // s.rest holds the program's own arguments; s.servers_here the servers to start here
+/// }
+/// @endcode
+[[nodiscard]] inline settings resolve(const config& program, int argc, const char* const* argv,
+                                      const environment& env) {
+    detail::command_line cl = detail::parse_command_line(argc, argv);
+    if (cl.help) {
+        try {
+            return detail::config_resolve(program, cl, env);
+        } catch (const config_error&) {
+            return detail::config_help_only(std::move(cl));
+        }
+    }
+    if (cl.error) {
+        throw config_error(*cl.error);
+    }
+    return detail::config_resolve(program, cl, env);
+}
+
+/// `resolve` with the process environment.
+[[nodiscard]] inline settings resolve(const config& program, int argc, const char* const* argv) {
+    return resolve(program, argc, argv, process_environment());
+}
+
+/// The `--help` text: every option with its environment variable and default, the order of
+/// precedence, and the launchers that are recognised.
+///
+/// @par Example
+/// @code
+/// if (s.help) {
+///     std::cout << petrel::usage(argv[0]);
+/// }
+/// @endcode
+[[nodiscard]] inline std::string usage(std::string_view program_name) {
+    constexpr std::size_t width = 80;
+    std::string out = "Usage: " + std::string(program_name) + " [Petrel options] [options]\n\n";
+    detail::config_wrap(out,
+                        "Petrel options. Each may also be set with its environment variable; "
+                        "a value set by the program wins over the command line, which wins "
+                        "over the environment.",
+                        0, width);
+    out += '\n';
+    for (const auto& o : detail::config_options()) {
+        out += "  --" + std::string(o.name) + " " + std::string(o.value) + "   (" +
+               std::string(o.variable) + ")\n";
+        detail::config_wrap(out, o.help, 6, width);
+    }
+    out += "  -h, --help\n";
+    detail::config_wrap(out, "Print this help and exit.", 6, width);
+    out += '\n';
+    detail::config_wrap(out,
+                        "Launchers, recognised from the environment in this order (the first "
+                        "that matches wins):",
+                        0, width);
+    const std::array<std::pair<std::string_view, std::string_view>, 6> launchers = {{
+        {"petrel", "PETREL_RANK and PETREL_SIZE, set by hand or by a script; optionally "
+                   "PETREL_LOCAL_RANK, PETREL_LOCAL_SIZE and PETREL_JOB_ID."},
+        {"Open MPI", "mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, "
+                     "OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE."},
+        {"PMI", "MPICH or Intel MPI mpiexec (Hydra): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, "
+                "MPI_LOCALNRANKS."},
+        {"Slurm", "srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE."},
+        {"Kubernetes", "an indexed Job: JOB_COMPLETION_INDEX, with PETREL_SIZE set to the "
+                       "Job's completions."},
+        {"none", "one process hosts the manager, the servers and the workers."},
+    }};
+    for (const auto& [name, text] : launchers) {
+        out += "  " + std::string(name) + "\n";
+        detail::config_wrap(out, text, 6, width);
+    }
+    return out;
+}
+
+} // namespace petrel

@@ -1,0 +1,291 @@
+// Petrel: one SPMD binary, whatever starts it: `petrel::run`.
+#pragma once
+
+#include <petrel/cluster/manager_node.hpp>
+#include <petrel/cluster/member.hpp>
+#include <petrel/cluster/view.hpp>
+#include <petrel/cluster/worker_node.hpp>
+#include <petrel/core/log.hpp>
+#include <petrel/launch/config.hpp>
+#include <petrel/launch/launcher.hpp>
+#include <petrel/server/server_node.hpp>
+#include <petrel/transport/tcp_transport.hpp>
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_future.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace petrel {
+
+/// The training code of one worker; `petrel::run` calls it once per worker it hosts, each
+/// on its own thread. Throwing fails the worker (and its process's exit status).
+using worker_function = std::function<void(worker_node&)>;
+
+/// What `run` returns.
+enum run_status : int {
+    run_ok = 0,           ///< every node of this process finished and left
+    run_failed = 1,       ///< a node failed, a worker threw, or the job did not form
+    run_config_error = 2, ///< the configuration was refused (the message says why)
+};
+
+namespace detail {
+
+/// Joins the address of a host (IPv6 in brackets) and a port.
+[[nodiscard]] inline std::string host_port(const std::string& host, std::uint16_t port) {
+    const bool v6 = host.find(':') != std::string::npos;
+    return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+[[nodiscard]] inline std::uint16_t port_of(const std::string& address) {
+    const auto colon = address.rfind(':');
+    return static_cast<std::uint16_t>(std::stoul(address.substr(colon + 1)));
+}
+
+/// The outcome of a future, as an error code.
+[[nodiscard]] inline std::error_code outcome(std::future<void>& f) {
+    try {
+        f.get();
+        return {};
+    } catch (const std::system_error& e) {
+        return e.code();
+    }
+}
+
+} // namespace detail
+
+/// Runs this process's share of a job with resolved settings: hosts the manager, servers
+/// and workers that `s` assigns to this process (every node when no launcher started
+/// it), joins the job, calls `fn` for each worker, then waits at a final barrier of all
+/// nodes so that no server stops while a worker still needs it, and leaves.
+///
+/// Returns `run_ok`, or `run_failed` after logging what failed: a node that died
+/// (named, with the reason the manager gave), an exception from `fn`, a job that did not
+/// form within the startup timeout, or a root that could not be reached.
+inline int run(const settings& s, const worker_function& fn, logger log = stderr_logger()) {
+    asio::io_context io;
+    auto work = asio::make_work_guard(io);
+    std::vector<std::thread> io_threads;
+    for (std::uint32_t i = 0; i < s.threads; ++i) {
+        io_threads.emplace_back([&io] { io.run(); });
+    }
+    transport_options topts;
+    topts.log = log;
+    auto say = [&](log_level level, const std::string& text) {
+        if (log) {
+            log(level, text);
+        }
+    };
+    std::mutex failures_mutex;
+    std::string failures; // one line per distinct failure, for the final report
+    auto failed = [&](const std::string& text) {
+        std::lock_guard lock(failures_mutex);
+        for (std::size_t at = 0; at < text.size();) {
+            auto end = text.find('\n', at);
+            if (end == std::string::npos) {
+                end = text.size();
+            }
+            const std::string line = text.substr(at, end - at);
+            if (!line.empty() && failures.find(line) == std::string::npos) {
+                failures += line + "\n";
+            }
+            at = end + 1;
+        }
+    };
+
+    int status = run_ok;
+    {
+        std::unique_ptr<manager_node> manager;
+        std::vector<std::unique_ptr<server_node>> servers;
+        std::vector<std::shared_ptr<member>> members; // servers first, then workers
+        std::string root = s.root;
+        try {
+            if (s.managers_here > 0) {
+                manager = std::make_unique<manager_node>(
+                    tcp_transport(io.get_executor(), topts),
+                    manager_options{.job_id = s.job_id,
+                                    .servers = s.servers,
+                                    .workers = s.workers,
+                                    .ring = {},
+                                    .heartbeat_timeout = s.heartbeat_timeout,
+                                    .startup_timeout = s.startup_timeout});
+                const auto bound =
+                    manager->listen(detail::host_port(s.bind, detail::port_of(s.root)));
+                if (detail::port_of(s.root) == 0) {
+                    root = detail::host_port(s.advertise, detail::port_of(bound));
+                }
+            }
+            auto make_member = [&](node_role role, std::uint32_t local, std::string address) {
+                member_options o;
+                o.root = root;
+                o.job_id = s.job_id;
+                o.role = role;
+                o.address = std::move(address);
+                o.rank = s.launch.rank;
+                o.local = local;
+                o.heartbeat_interval = s.heartbeat_interval;
+                o.heartbeat_timeout = s.heartbeat_timeout;
+                o.startup_timeout = s.startup_timeout;
+                return std::make_shared<member>(tcp_transport(io.get_executor(), topts), o);
+            };
+            for (std::uint32_t i = 0; i < s.servers_here; ++i) {
+                auto server =
+                    std::make_unique<server_node>(tcp_transport(io.get_executor(), topts));
+                const auto bound = server->listen(detail::host_port(s.bind, 0));
+                members.push_back(make_member(
+                    node_role::server, i, detail::host_port(s.advertise, detail::port_of(bound))));
+                servers.push_back(std::move(server));
+            }
+            for (std::uint32_t i = 0; i < s.workers_here; ++i) {
+                members.push_back(make_member(node_role::worker, i, {}));
+            }
+        } catch (const std::exception& e) {
+            say(log_level::error, std::string("petrel: could not start: ") + e.what());
+            status = run_failed;
+        }
+
+        // Join: every node of the job registers; the manager answers once all have.
+        if (status == run_ok) {
+            std::vector<std::future<void>> joins;
+            for (auto& m : members) {
+                joins.push_back(m->async_join(asio::use_future));
+            }
+            for (std::size_t i = 0; i < joins.size(); ++i) {
+                if (auto ec = detail::outcome(joins[i])) {
+                    failed(members[i]->failure().empty() ? ec.message() : members[i]->failure());
+                    status = run_failed;
+                }
+            }
+        }
+
+        // Work: each worker runs the training code on its own thread, then every node
+        // meets at the final barrier, then leaves.
+        if (status == run_ok) {
+            std::vector<std::thread> threads;
+            std::vector<int> results(members.size(), run_ok);
+            for (std::size_t i = 0; i < members.size(); ++i) {
+                threads.emplace_back([&, i] {
+                    auto& m = members[i];
+                    const bool is_worker = m->options().role == node_role::worker;
+                    if (is_worker) {
+                        try {
+                            worker_node w(tcp_transport(io.get_executor(), topts), m,
+                                          s.request_timeout);
+                            fn(w);
+                        } catch (const std::exception& e) {
+                            failed("worker " + std::to_string(m->id()) +
+                                   ": the training function failed: " + e.what());
+                            results[i] = run_failed;
+                        } catch (...) {
+                            failed("worker " + std::to_string(m->id()) +
+                                   ": the training function threw");
+                            results[i] = run_failed;
+                        }
+                    }
+                    auto done = m->async_barrier(group::all, asio::use_future);
+                    if (auto ec = detail::outcome(done)) {
+                        failed(m->failure().empty() ? "final barrier: " + ec.message()
+                                                    : m->failure());
+                        results[i] = run_failed;
+                    }
+                    auto left = m->async_leave(asio::use_future);
+                    if (auto ec = detail::outcome(left); ec && results[i] == run_ok) {
+                        failed(m->failure().empty() ? "leaving: " + ec.message() : m->failure());
+                        results[i] = run_failed;
+                    }
+                });
+            }
+            for (std::size_t i = 0; i < threads.size(); ++i) {
+                threads[i].join();
+                if (results[i] != run_ok) {
+                    status = run_failed;
+                }
+            }
+        }
+
+        // The manager stays until every node of the job has left or failed.
+        if (manager) {
+            auto finished = manager->async_wait_finished(asio::use_future);
+            if (status != run_ok && s.workers_here + s.servers_here > 0 &&
+                finished.wait_for(s.heartbeat_timeout * 2) != std::future_status::ready) {
+                // Our own nodes failed to start or finish: do not wait for the others.
+                manager->close();
+            }
+            if (auto ec = detail::outcome(finished); ec && ec != errc::shut_down) {
+                failed(manager->failure().empty() ? ec.message() : manager->failure());
+                status = run_failed;
+            }
+        }
+        for (auto& m : members) {
+            m->close();
+        }
+        for (auto& sv : servers) {
+            sv->close();
+        }
+        if (manager) {
+            manager->close();
+        }
+    }
+    work.reset();
+    io.stop();
+    for (auto& t : io_threads) {
+        t.join();
+    }
+    if (status != run_ok) {
+        say(log_level::error, "petrel: job '" + s.job_id + "' failed (rank " +
+                                  std::to_string(s.launch.rank) + "):\n" + failures);
+    }
+    return status;
+}
+
+/// Resolves the configuration from `cfg`, the command line and the environment (in that
+/// order of precedence; see `petrel::config`), then runs this process's share of the job.
+/// `--help` prints the options and returns `run_ok`; a refused configuration prints why
+/// and returns `run_config_error`.
+///
+/// @par Example
+/// @code
+/// int main(int argc, char** argv) {
+///     return petrel::run({.servers = 2}, argc, argv, [](petrel::worker_node& w) {
+///         petrel::kv_store<std::uint64_t, float> kv(w);
+///         // ... push gradients, pull weights ...
+///     });
+/// }
+/// @endcode
+/// With no launcher this runs the whole job in this process over loopback TCP; under
+/// `mpirun`, `srun`, a Kubernetes indexed job or `PETREL_RANK`/`PETREL_SIZE` each process
+/// hosts its share and meets the others at `PETREL_ROOT`.
+inline int run(const config& cfg, int argc, const char* const* argv, const worker_function& fn,
+               logger log = stderr_logger()) {
+    settings s;
+    try {
+        s = resolve(cfg, argc, argv);
+    } catch (const config_error& e) {
+        std::fprintf(stderr, "%s\n(see --help)\n", e.what());
+        return run_config_error;
+    }
+    if (s.help) {
+        const std::string text = usage(argc > 0 && argv[0] ? argv[0] : "program");
+        std::fprintf(stdout, "%s", text.c_str());
+        return run_ok;
+    }
+    return run(s, fn, std::move(log));
+}
+
+/// As above, without a command line (configuration from `cfg` and the environment).
+inline int run(const config& cfg, const worker_function& fn, logger log = stderr_logger()) {
+    return run(cfg, 0, nullptr, fn, std::move(log));
+}
+
+} // namespace petrel

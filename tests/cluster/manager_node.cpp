@@ -1,0 +1,295 @@
+#include <petrel/cluster/manager_node.hpp>
+
+#include "support/cluster.hpp"
+#include "support/events.hpp"
+
+#include <petrel/cluster/member.hpp>
+#include <petrel/transport/tcp_transport.hpp>
+
+#include <asio/use_future.hpp>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using petrel::test::code_of;
+using petrel::test::io_threads;
+using petrel::test::log_capture;
+
+namespace {
+
+/// A manager on loopback and helpers to make members of its job. Declared in the order
+/// that lets every handler finish before what it touches is destroyed.
+struct job {
+    explicit job(std::uint32_t servers, std::uint32_t workers,
+                 std::chrono::milliseconds heartbeat_timeout = 2000ms,
+                 std::chrono::milliseconds startup_timeout = 10000ms)
+        : manager(petrel::tcp_transport(io.executor(), quiet()),
+                  {.job_id = "job-a",
+                   .servers = servers,
+                   .workers = workers,
+                   .ring = {.partitions = 64},
+                   .heartbeat_timeout = heartbeat_timeout,
+                   .startup_timeout = startup_timeout}),
+          root(manager.listen("127.0.0.1:0")) {}
+
+    log_capture logs;
+    io_threads io{2};
+    petrel::manager_node manager;
+    std::string root;
+
+    petrel::transport_options quiet() {
+        petrel::transport_options o;
+        o.log = logs.logger();
+        return o;
+    }
+
+    std::shared_ptr<petrel::member> make(petrel::node_role role, std::uint32_t rank,
+                                         std::string job_id = "job-a",
+                                         std::chrono::milliseconds heartbeat = 50ms,
+                                         std::chrono::milliseconds heartbeat_timeout = 2000ms) {
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = std::move(job_id);
+        o.role = role;
+        o.rank = rank;
+        o.address = role == petrel::node_role::server ? "127.0.0.1:" + std::to_string(20000 + rank)
+                                                      : std::string{};
+        o.heartbeat_interval = heartbeat;
+        o.heartbeat_timeout = heartbeat_timeout;
+        o.startup_timeout = 5000ms;
+        return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), quiet()), o);
+    }
+};
+
+/// Joins every member concurrently (the job forms once all registered).
+void join_all(const std::vector<std::shared_ptr<petrel::member>>& members) {
+    std::vector<std::future<void>> joins;
+    for (const auto& m : members) {
+        joins.push_back(m->async_join(asio::use_future));
+    }
+    for (auto& f : joins) {
+        REQUIRE_FALSE(code_of(f));
+    }
+}
+
+} // namespace
+
+TEST_CASE("manager_node: a job forms once every node registered, ids follow roles and ranks",
+          "[cluster][manager]") {
+    job j(2, 3);
+    // Registered out of order: the ids still follow (role, rank).
+    auto w2 = j.make(petrel::node_role::worker, 4);
+    auto s1 = j.make(petrel::node_role::server, 1);
+    auto w0 = j.make(petrel::node_role::worker, 2);
+    auto s0 = j.make(petrel::node_role::server, 0);
+    auto w1 = j.make(petrel::node_role::worker, 3);
+    std::vector<std::shared_ptr<petrel::member>> all{s0, s1, w0, w1, w2};
+    std::vector<std::future<void>> joins;
+    for (std::size_t i = 0; i + 1 < all.size(); ++i) {
+        joins.push_back(all[i]->async_join(asio::use_future));
+    }
+    // Nobody gets a view before the last node registered.
+    CHECK(joins[0].wait_for(100ms) == std::future_status::timeout);
+    CHECK(j.manager.view() == nullptr);
+    joins.push_back(w2->async_join(asio::use_future));
+    for (auto& f : joins) {
+        CHECK_FALSE(code_of(f));
+    }
+    CHECK(s0->id() == 1);
+    CHECK(s1->id() == 2);
+    CHECK(w0->id() == 3);
+    CHECK(w1->id() == 4);
+    CHECK(w2->id() == 5);
+    const auto v = j.manager.view();
+    REQUIRE(v);
+    CHECK(v->version == 1);
+    CHECK(v->job_id == "job-a");
+    CHECK(v->nodes.size() == 6);
+    CHECK(v->find(0)->role == petrel::node_role::manager);
+    CHECK(v->find(0)->address == j.root);
+    CHECK(v->find(2)->address == "127.0.0.1:20001");
+    CHECK(v->find(5)->index == 2);
+    CHECK(v->ring.primaries() == std::vector<petrel::node_id>{1, 2});
+    for (auto& m : all) {
+        CHECK(*m->view() == *v);
+    }
+}
+
+TEST_CASE("manager_node: barriers release a group once all its live members arrived",
+          "[cluster][manager]") {
+    job j(1, 2);
+    auto s = j.make(petrel::node_role::server, 0);
+    auto w0 = j.make(petrel::node_role::worker, 1);
+    auto w1 = j.make(petrel::node_role::worker, 2);
+    join_all({s, w0, w1});
+    for (int round = 0; round < 3; ++round) {
+        auto b0 = w0->async_barrier(petrel::group::workers, asio::use_future);
+        CHECK(b0.wait_for(50ms) == std::future_status::timeout);
+        auto b1 = w1->async_barrier(petrel::group::workers, asio::use_future);
+        CHECK_FALSE(code_of(b0));
+        CHECK_FALSE(code_of(b1));
+    }
+    // A group the node is not in is an error, not a hang.
+    auto wrong = s->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK(code_of(wrong) == petrel::errc::invalid_argument);
+
+    // `all` spans servers and workers.
+    auto a0 = w0->async_barrier(petrel::group::all, asio::use_future);
+    auto a1 = w1->async_barrier(petrel::group::all, asio::use_future);
+    CHECK(a0.wait_for(50ms) == std::future_status::timeout);
+    auto a2 = s->async_barrier(petrel::group::all, asio::use_future);
+    CHECK_FALSE(code_of(a0));
+    CHECK_FALSE(code_of(a1));
+    CHECK_FALSE(code_of(a2));
+
+    // A node that left is not waited for; when all left, the job is finished.
+    auto finished = j.manager.async_wait_finished(asio::use_future);
+    auto l0 = w0->async_leave(asio::use_future);
+    CHECK_FALSE(code_of(l0));
+    auto alone = w1->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK_FALSE(code_of(alone));
+    CHECK(finished.wait_for(50ms) == std::future_status::timeout);
+    auto l1 = w1->async_leave(asio::use_future);
+    auto l2 = s->async_leave(asio::use_future);
+    CHECK_FALSE(code_of(l1));
+    CHECK_FALSE(code_of(l2));
+    CHECK_FALSE(code_of(finished));
+    CHECK(j.manager.failure().empty());
+}
+
+TEST_CASE("manager_node: a node of another job is refused", "[cluster][manager]") {
+    job j(1, 1);
+    auto stale = j.make(petrel::node_role::worker, 1, "job-old");
+    auto f = stale->async_join(asio::use_future);
+    CHECK(code_of(f) == petrel::errc::job_mismatch);
+    CHECK_THAT(stale->failure(), Catch::Contains("job-a") && Catch::Contains("job-old"));
+    CHECK_THAT(j.logs.all(), Catch::Contains("job-old"));
+    CHECK(j.manager.view() == nullptr); // the stale node took no place in the job
+}
+
+TEST_CASE("manager_node: a node beyond the job's size is refused", "[cluster][manager]") {
+    job j(1, 1);
+    auto s = j.make(petrel::node_role::server, 0);
+    auto w = j.make(petrel::node_role::worker, 1);
+    auto fs = s->async_join(asio::use_future);
+    auto fw = w->async_join(asio::use_future);
+    REQUIRE_FALSE(code_of(fs));
+    REQUIRE_FALSE(code_of(fw));
+    auto extra = j.make(petrel::node_role::worker, 2);
+    auto fe = extra->async_join(asio::use_future);
+    CHECK(code_of(fe) == petrel::errc::job_full);
+}
+
+TEST_CASE("manager_node: a job that does not form in time fails every waiting node",
+          "[cluster][manager]") {
+    job j(1, 2, 2000ms, 300ms);
+    auto s = j.make(petrel::node_role::server, 0);
+    auto w = j.make(petrel::node_role::worker, 1);
+    auto finished = j.manager.async_wait_finished(asio::use_future);
+    auto fs = s->async_join(asio::use_future);
+    auto fw = w->async_join(asio::use_future);
+    CHECK(code_of(fs) == petrel::errc::timed_out);
+    CHECK(code_of(fw) == petrel::errc::timed_out);
+    CHECK(code_of(finished) == petrel::errc::timed_out);
+    CHECK_THAT(j.manager.failure(), Catch::Contains("1 of 2 workers"));
+    CHECK_THAT(w->failure(), Catch::Contains("1 of 2 workers"));
+}
+
+TEST_CASE("manager_node: a lost node is declared failed, and waits on it end with an error",
+          "[cluster][manager]") {
+    job j(1, 2);
+    auto s = j.make(petrel::node_role::server, 0);
+    auto w0 = j.make(petrel::node_role::worker, 1);
+    auto w1 = j.make(petrel::node_role::worker, 2);
+    join_all({s, w0, w1});
+    std::promise<std::shared_ptr<const petrel::membership_view>> seen;
+    auto seen_f = seen.get_future();
+    std::atomic<bool> once{false};
+    w0->subscribe([&](const petrel::member::view_ptr& v) {
+        if (!once.exchange(true)) {
+            seen.set_value(v);
+        }
+    });
+    auto finished = j.manager.async_wait_finished(asio::use_future);
+    auto waiting = w0->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
+    w1->close(); // gone without leaving, as a killed process
+    CHECK(code_of(waiting) == petrel::errc::node_failed);
+    CHECK_THAT(w0->failure(), Catch::Contains("worker 3") && Catch::Contains("lost"));
+    REQUIRE(seen_f.wait_for(petrel::test::timeout) == std::future_status::ready);
+    const auto v = seen_f.get();
+    CHECK(v->version == 2);
+    CHECK(v->find(3)->state == petrel::node_state::failed);
+    // Later barriers over a group with a failed node fail at once; other groups work.
+    auto again = w0->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK(code_of(again) == petrel::errc::node_failed);
+    auto servers = s->async_barrier(petrel::group::servers, asio::use_future);
+    CHECK_FALSE(code_of(servers));
+    auto l0 = w0->async_leave(asio::use_future);
+    auto l1 = s->async_leave(asio::use_future);
+    CHECK_FALSE(code_of(l0));
+    CHECK_FALSE(code_of(l1));
+    CHECK(code_of(finished) == petrel::errc::node_failed);
+    CHECK_THAT(j.manager.failure(), Catch::Contains("worker 3"));
+}
+
+TEST_CASE("manager_node: a silent node is declared failed within the heartbeat timeout",
+          "[cluster][manager]") {
+    petrel::test::events ev; // outlives the io threads of the job
+    job j(1, 1, 300ms);
+    auto s = j.make(petrel::node_role::server, 0, "job-a", 50ms, 300ms);
+    auto fs = s->async_join(asio::use_future);
+    // A worker that registers by hand and then never sends a heartbeat: connected but
+    // silent, as a stopped process.
+    auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
+    std::promise<petrel::connection_ptr> connected;
+    t.async_connect(j.root, ev.handlers(),
+                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
+    auto conn = connected.get_future().get();
+    REQUIRE(conn);
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::join;
+    b.job_id = "job-a";
+    b.role = petrel::node_role::worker;
+    b.rank = 1;
+    conn->send(petrel::detail::make_control(b));
+    REQUIRE_FALSE(code_of(fs));
+    const auto formed = std::chrono::steady_clock::now();
+
+    std::promise<void> failed;
+    std::atomic<bool> once{false};
+    s->subscribe([&](const petrel::member::view_ptr& v) {
+        if (v->find(2)->state == petrel::node_state::failed && !once.exchange(true)) {
+            failed.set_value();
+        }
+    });
+    REQUIRE(failed.get_future().wait_for(petrel::test::timeout) == std::future_status::ready);
+    const auto took = std::chrono::steady_clock::now() - formed;
+    CHECK(took >= 300ms);
+    CHECK(took < 2000ms);
+    CHECK_THAT(s->failure(), Catch::Contains("no heartbeat for 300 ms"));
+    t.close();
+}
+
+TEST_CASE("manager_node: data messages are refused", "[cluster][manager]") {
+    petrel::test::events ev; // outlives the io threads of the job
+    job j(1, 1);
+    auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
+    std::promise<petrel::connection_ptr> connected;
+    t.async_connect(j.root, ev.handlers(),
+                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
+    auto conn = connected.get_future().get();
+    REQUIRE(conn);
+    petrel::wire::message m;
+    m.header.kind = petrel::wire::message_kind::pull;
+    conn->send(std::move(m));
+    REQUIRE(ev.closed.get_future().wait_for(petrel::test::timeout) == std::future_status::ready);
+    CHECK_THAT(j.logs.all(), Catch::Contains("only takes control messages"));
+    t.close();
+}

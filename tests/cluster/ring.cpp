@@ -1,0 +1,122 @@
+#include <petrel/cluster/ring.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace {
+
+/// Keys per server, as fractions of the mean.
+template <typename Keys>
+std::vector<double> shares(const petrel::ring& r, const Keys& keys, std::size_t servers) {
+    std::map<petrel::node_id, std::size_t> count;
+    for (auto k : keys) {
+        ++count[r.owner(k)];
+    }
+    const double mean = static_cast<double>(keys.size()) / static_cast<double>(servers);
+    std::vector<double> out;
+    for (const auto& [id, n] : count) {
+        out.push_back(static_cast<double>(n) / mean);
+    }
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("ring: 4 servers hold 85-115% of the mean, dense and sparse keys", "[cluster][ring]") {
+    const std::vector<petrel::node_id> servers{1, 2, 3, 4};
+    const auto r = petrel::ring::balanced({}, servers);
+
+    std::vector<std::uint64_t> dense(1'000'000);
+    for (std::uint64_t k = 0; k < dense.size(); ++k) {
+        dense[k] = k;
+    }
+    std::mt19937_64 gen(12345);
+    std::set<std::uint64_t> unique;
+    while (unique.size() < 1'000'000) {
+        unique.insert(gen() >> 1);
+    }
+    const std::vector<std::uint64_t> sparse(unique.begin(), unique.end());
+
+    for (const std::vector<std::uint64_t>* keys : {&std::as_const(dense), &sparse}) {
+        const auto s = shares(r, *keys, servers.size());
+        REQUIRE(s.size() == servers.size()); // every server holds keys
+        for (double f : s) {
+            CHECK(f >= 0.85);
+            CHECK(f <= 1.15);
+        }
+    }
+}
+
+TEST_CASE("ring: small dense tables spread over every server", "[cluster][ring]") {
+    const std::vector<petrel::node_id> servers{1, 2, 3, 4, 5, 6, 7, 8};
+    const auto r = petrel::ring::balanced({}, servers);
+    std::set<petrel::node_id> owners;
+    for (std::uint64_t k = 0; k < 64 * 64; ++k) { // 64 stripes
+        owners.insert(r.owner(k));
+    }
+    CHECK(owners.size() == servers.size());
+}
+
+TEST_CASE("ring: a stripe of consecutive keys stays on one server", "[cluster][ring]") {
+    const auto r =
+        petrel::ring::balanced({.stripe_keys = 16}, std::vector<petrel::node_id>{1, 2, 3});
+    for (std::uint64_t k = 0; k < 10'000; ++k) {
+        const auto range = r.stripe_range(k);
+        CHECK(range.contains(k));
+        CHECK(range.size() == 16);
+        CHECK(r.owner(range.begin) == r.owner(k));
+        CHECK(r.owner(range.end - 1) == r.owner(k));
+    }
+    const auto top = r.stripe_range(petrel::key_space_end<std::uint64_t> - 1);
+    CHECK(top.end == petrel::key_space_end<std::uint64_t>);
+}
+
+TEST_CASE("ring: owner lists hold the primary and distinct replicas", "[cluster][ring]") {
+    const std::vector<petrel::node_id> servers{10, 20, 30};
+    const auto r = petrel::ring::balanced({.partitions = 64, .replicas = 2}, servers);
+    std::map<petrel::node_id, int> primaries;
+    for (std::uint32_t p = 0; p < 64; ++p) {
+        const auto o = r.owners(p);
+        REQUIRE(o.size() == 3);
+        CHECK(std::set<petrel::node_id>(o.begin(), o.end()).size() == 3);
+        ++primaries[o[0]];
+    }
+    for (auto id : servers) {
+        CHECK(primaries[id] >= 21);
+        CHECK(primaries[id] <= 22);
+    }
+    CHECK(r.primaries() == servers);
+}
+
+TEST_CASE("ring: the same options and servers give the same placement", "[cluster][ring]") {
+    const std::vector<petrel::node_id> servers{1, 2, 3};
+    const auto a = petrel::ring::balanced({}, servers);
+    const auto b = petrel::ring::balanced({}, servers);
+    CHECK(a == b);
+    const auto c = petrel::ring::balanced({.seed = 99}, servers);
+    int moved = 0;
+    for (std::uint64_t k = 0; k < 100'000; k += 64) {
+        CHECK(a.owner(k) == b.owner(k));
+        moved += a.owner(k) != c.owner(k) ? 1 : 0;
+    }
+    CHECK(moved > 0); // the seed changes the placement
+}
+
+TEST_CASE("ring: bad options are refused with a clear error", "[cluster][ring]") {
+    const std::vector<petrel::node_id> one{1};
+    CHECK_THROWS_WITH(petrel::ring::balanced({.partitions = 1000}, one),
+                      Catch::Contains("power of two"));
+    CHECK_THROWS_WITH(petrel::ring::balanced({.stripe_keys = 3}, one),
+                      Catch::Contains("power of two"));
+    CHECK_THROWS_WITH(petrel::ring::balanced({.replicas = 1}, one), Catch::Contains("replicas"));
+    CHECK_THROWS_WITH(petrel::ring::balanced({}, std::vector<petrel::node_id>{}),
+                      Catch::Contains("no servers"));
+    CHECK_THROWS_AS(petrel::ring({.partitions = 4}, std::vector<petrel::node_id>{1, 2}),
+                    std::invalid_argument);
+}

@@ -1,0 +1,95 @@
+#include <petrel/cluster/view.hpp>
+
+#include <petrel/cluster/detail/control.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+petrel::membership_view sample() {
+    petrel::membership_view v;
+    v.job_id = "job-1";
+    v.version = 3;
+    v.nodes = {
+        {0, petrel::node_role::manager, petrel::node_state::alive, "10.0.0.1:9000", 0, 0, {}},
+        {1, petrel::node_role::server, petrel::node_state::alive, "10.0.0.1:9100", 0, 0, {}},
+        {2, petrel::node_role::server, petrel::node_state::failed, "10.0.0.2:9100", 1, 1,
+         "no heartbeat for 2000 ms"},
+        {3, petrel::node_role::worker, petrel::node_state::left, "", 2, 0, {}}};
+    v.ring = petrel::ring::balanced({.partitions = 16}, std::vector<petrel::node_id>{1, 2});
+    return v;
+}
+
+} // namespace
+
+TEST_CASE("view: lookups by id and role, failures named", "[cluster][view]") {
+    const auto v = sample();
+    REQUIRE(v.find(2) != nullptr);
+    CHECK(v.find(2)->address == "10.0.0.2:9100");
+    CHECK(v.find(7) == nullptr);
+    CHECK(v.of_role(petrel::node_role::server).size() == 2);
+    CHECK(v.count(petrel::node_role::server, petrel::node_state::alive) == 1);
+    CHECK(v.failures() ==
+          "server 2 (server #1, rank 1, 10.0.0.2:9100) failed: no heartbeat for 2000 ms\n");
+    CHECK(petrel::in_group(petrel::node_role::worker, petrel::group::all));
+    CHECK_FALSE(petrel::in_group(petrel::node_role::manager, petrel::group::all));
+    CHECK_FALSE(petrel::in_group(petrel::node_role::server, petrel::group::workers));
+}
+
+TEST_CASE("view: a control message round-trips the view", "[cluster][view]") {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::view;
+    b.version = 3;
+    b.view = sample();
+    const auto m = petrel::detail::make_control(b);
+    CHECK(m.header.kind == petrel::wire::message_kind::control);
+    const auto back = petrel::detail::read_control(m);
+    REQUIRE(back.has_value());
+    REQUIRE(back->view.has_value());
+    CHECK(*back->view == sample());
+    CHECK(back->version == 3);
+}
+
+TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cluster][view]") {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::view;
+    b.view = sample();
+    const auto good = petrel::detail::make_control(b);
+    const auto bytes = good.values().span();
+
+    auto with = [&](std::vector<std::byte> body) {
+        auto m = good;
+        auto buf = std::make_shared<std::vector<std::byte>>(std::move(body));
+        const std::byte* p = buf->data();
+        const std::size_t n = buf->size();
+        m.set_segment(petrel::wire::values_segment,
+                      petrel::shared_bytes(std::shared_ptr<const void>(buf, p),
+                                           std::span<const std::byte>(p, n)));
+        return petrel::detail::read_control(m);
+    };
+    std::vector<std::byte> copy(bytes.begin(), bytes.end());
+    CHECK(with(copy).has_value());
+
+    // Every truncation fails cleanly.
+    for (std::size_t n = 0; n < copy.size(); n += 7) {
+        CHECK_FALSE(with(std::vector<std::byte>(copy.begin(), copy.begin() + n)).has_value());
+    }
+    // Trailing bytes are refused.
+    auto longer = copy;
+    longer.push_back(std::byte{0});
+    CHECK_FALSE(with(longer).has_value());
+    // An unknown operation is refused.
+    auto bad_op = copy;
+    bad_op[0] = std::byte{99};
+    CHECK_FALSE(with(bad_op).has_value());
+    // A huge text length is refused before anything is allocated: the job id's length
+    // follows the fixed fields (op, role, rank, local, group, id, version = 23 bytes).
+    auto huge = copy;
+    const std::uint32_t big = 0xFFFFFFF0u;
+    std::memcpy(huge.data() + 23, &big, sizeof big);
+    CHECK_FALSE(with(huge).has_value());
+}

@@ -1,0 +1,391 @@
+#include <petrel/launch/run.hpp>
+
+#include "support/cluster.hpp"
+#include "support/process.hpp"
+
+#include <petrel/kv_store.hpp>
+
+#include <asio/use_future.hpp>
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/// The keys worker `r` pushes: a dense stride of its own, sparse keys of its own, and
+/// sparse keys every worker shares. Sorted and unique.
+std::vector<std::uint64_t> keys_of(std::uint32_t r) {
+    std::set<std::uint64_t> s;
+    for (std::uint64_t k = 0; k < 20000; k += r + 2) {
+        s.insert(k);
+    }
+    for (std::uint64_t i = 0; i < 1000; ++i) {
+        s.insert(mix(r * 100000 + i) >> 2);
+    }
+    for (std::uint64_t i = 0; i < 500; ++i) {
+        s.insert(mix(7770000 + i) >> 2);
+    }
+    return {s.begin(), s.end()};
+}
+
+struct tally {
+    std::atomic<std::size_t> workers{0};
+    std::atomic<std::size_t> checked{0};
+    std::atomic<std::size_t> mismatches{0};
+};
+
+constexpr int rounds = 5;
+
+/// Every worker pushes `rounds` times to overlapping key sets, then every worker pulls
+/// the union and compares with the exact sums.
+void exact_sums(petrel::worker_node& w, tally& t) {
+    petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 3});
+    const auto mine = keys_of(w.rank());
+    const xt::xtensor<float, 1> values = xt::ones<float>({mine.size()}) * float(w.rank() + 1);
+    for (int i = 0; i < rounds; ++i) {
+        kv.push(mine, values, asio::use_future).get();
+    }
+    w.barrier(petrel::group::workers, asio::use_future).get();
+    std::map<std::uint64_t, float> expected;
+    for (std::uint32_t q = 0; q < w.workers(); ++q) {
+        for (auto k : keys_of(q)) {
+            expected[k] += float(rounds) * float(q + 1);
+        }
+    }
+    std::vector<std::uint64_t> all;
+    for (const auto& [k, v] : expected) {
+        all.push_back(k);
+    }
+    const auto got = kv.pull(all, asio::use_future).get();
+    std::size_t bad = got.size() == all.size() ? 0 : 1;
+    for (std::size_t i = 0; i < all.size() && i < got.size(); ++i) {
+        bad += got.values()(i) == expected[all[i]] ? 0 : 1;
+    }
+    t.checked += all.size();
+    t.mismatches += bad;
+    ++t.workers;
+}
+
+petrel::config quick_heartbeats() {
+    petrel::config cfg;
+    cfg.heartbeat_interval = 100ms;
+    cfg.heartbeat_timeout = 1000ms;
+    cfg.startup_timeout = 60000ms;
+    return cfg;
+}
+
+/// Starts this binary as `size` processes of one job under the PETREL_* launcher,
+/// running the test case `spec` (which must call petrel::run).
+std::vector<std::unique_ptr<petrel::test::child_process>>
+start_job(const std::string& spec, int size, const std::map<std::string, std::string>& extra,
+          const std::vector<std::string>& prefix_of_rank = {}) {
+    const auto port = petrel::test::free_port();
+    std::vector<std::unique_ptr<petrel::test::child_process>> procs;
+    for (int r = 0; r < size; ++r) {
+        std::map<std::string, std::string> env{
+            {"PETREL_RANK", std::to_string(r)},
+            {"PETREL_SIZE", std::to_string(size)},
+            {"PETREL_LOCAL_SIZE", std::to_string(size)},
+            {"PETREL_ROOT", "127.0.0.1:" + std::to_string(port)},
+            {"PETREL_SERVERS", "2"},
+            {"PETREL_JOB_ID", "test-" + std::to_string(::getpid())}};
+        for (const auto& [k, v] : extra) {
+            env[k] = v;
+        }
+        std::vector<std::string> argv;
+        if (!prefix_of_rank.empty()) {
+            std::istringstream words(prefix_of_rank[static_cast<std::size_t>(r)]);
+            for (std::string w; words >> w;) {
+                argv.push_back(w);
+            }
+        }
+        argv.push_back(petrel::test::self_path());
+        argv.push_back(spec);
+        procs.push_back(std::make_unique<petrel::test::child_process>(
+            argv, env,
+            "/tmp/petrel-test-" + std::to_string(::getpid()) + "-" + std::to_string(r) + ".log"));
+    }
+    return procs;
+}
+
+} // namespace
+
+// The job itself. Without a launcher it is an in-process cluster of 3 servers and 4
+// workers over loopback TCP; started by the tests below (PETREL_*, mpirun, namespaces)
+// each process hosts its share.
+TEST_CASE("run: servers and workers give exact sums over overlapping keys", "[cluster][spmd]") {
+    auto cfg = quick_heartbeats();
+    const auto launch = petrel::detect_launcher(petrel::process_environment());
+    if (launch.kind == petrel::launcher_kind::embedded) {
+        cfg.servers = 3;
+        cfg.workers = 4;
+    }
+    tally t;
+    const int status = petrel::run(cfg, [&](petrel::worker_node& w) { exact_sums(w, t); });
+    REQUIRE(status == petrel::run_ok);
+    CHECK(t.mismatches == 0);
+    CHECK(t.checked >= t.workers * 10000); // every worker of this process compared its pull
+    if (launch.kind == petrel::launcher_kind::embedded) {
+        CHECK(t.workers == 4);
+    }
+}
+
+// Pushes until something fails (a process of the job is killed by the test below).
+TEST_CASE("run: workers push until the job fails", "[.][spmd_until_failure]") {
+    auto cfg = quick_heartbeats();
+    const int status = petrel::run(cfg, [](petrel::worker_node& w) {
+        petrel::kv_store<std::uint64_t, float> kv(w);
+        std::vector<std::uint64_t> keys(20000);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            keys[i] = i;
+        }
+        const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+        const auto stop = std::chrono::steady_clock::now() + 60s;
+        while (std::chrono::steady_clock::now() < stop) {
+            kv.push(keys, ones, asio::use_future).get(); // throws once a server is gone
+            kv.pull(keys, asio::use_future).get();
+            std::this_thread::sleep_for(5ms);
+        }
+    });
+    CHECK(status == petrel::run_ok); // fails, as it should, when a node died
+}
+
+TEST_CASE("run: a training function that throws fails the run with its message",
+          "[cluster][launch]") {
+    auto cfg = quick_heartbeats();
+    cfg.servers = 1;
+    cfg.workers = 2;
+    std::mutex mutex;
+    std::string logged;
+    const int status = petrel::run(
+        cfg,
+        [](petrel::worker_node& w) {
+            if (w.rank() == 1) {
+                throw std::runtime_error("diverged at step 7");
+            }
+        },
+        [&](petrel::log_level, std::string_view text) {
+            std::lock_guard lock(mutex);
+            logged += std::string(text) + "\n";
+        });
+    CHECK(status == petrel::run_failed);
+    CHECK_THAT(logged, Catch::Contains("diverged at step 7") && Catch::Contains("worker 3"));
+}
+
+TEST_CASE("run: --help prints the options, a bad option is refused", "[cluster][launch]") {
+    const char* help[] = {"trainer", "--help"};
+    CHECK(petrel::run({}, 2, help, [](petrel::worker_node&) { FAIL("no job runs on --help"); }) ==
+          petrel::run_ok);
+    const char* bad[] = {"trainer", "--servers", "many"};
+    CHECK(petrel::run({}, 3, bad, [](petrel::worker_node&) {}) == petrel::run_config_error);
+}
+
+TEST_CASE("run: a kv_store in a job fails at once on a server the manager declared failed",
+          "[cluster][launch]") {
+    // A manager, one real server, one server that accepts requests but never answers (a
+    // hung process), and one worker.
+    petrel::test::io_threads io{2};
+    petrel::transport_options quiet;
+    quiet.log = nullptr;
+    petrel::manager_node manager(petrel::tcp_transport(io.executor(), quiet),
+                                 {.job_id = "j",
+                                  .servers = 2,
+                                  .workers = 1,
+                                  .ring = {.partitions = 16, .stripe_keys = 1},
+                                  .heartbeat_timeout = 1000ms,
+                                  .startup_timeout = 10000ms});
+    const auto root = manager.listen("127.0.0.1:0");
+    petrel::server_node real(petrel::tcp_transport(io.executor(), quiet));
+    const auto real_address = real.listen("127.0.0.1:0");
+    auto hung = petrel::tcp_transport(io.executor(), quiet);
+    petrel::connection_handlers silent;
+    silent.on_message = [](const petrel::connection_ptr&, petrel::wire::message&&) {};
+    silent.on_close = [](const petrel::connection_ptr&, std::error_code) {};
+    const auto hung_address = hung.listen("127.0.0.1:0", silent);
+    auto member_of = [&](petrel::node_role role, std::uint32_t rank, std::string address) {
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = "j";
+        o.role = role;
+        o.rank = rank;
+        o.address = std::move(address);
+        o.heartbeat_interval = 100ms;
+        o.heartbeat_timeout = 1000ms;
+        return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), quiet), o);
+    };
+    auto m_real = member_of(petrel::node_role::server, 0, real_address);
+    auto m_hung = member_of(petrel::node_role::server, 1, hung_address);
+    auto m_worker = member_of(petrel::node_role::worker, 2, {});
+    auto j1 = m_real->async_join(asio::use_future);
+    auto j2 = m_hung->async_join(asio::use_future);
+    auto j3 = m_worker->async_join(asio::use_future);
+    j1.get();
+    j2.get();
+    j3.get();
+    petrel::worker_node w(petrel::tcp_transport(io.executor(), quiet), m_worker, 30s);
+    CHECK(w.rank() == 0);
+    CHECK(w.servers() == 2);
+    petrel::kv_store<std::uint64_t, float> kv(w);
+
+    std::vector<std::uint64_t> keys(64);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        keys[i] = i;
+    }
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    auto waiting = kv.push(keys, ones, asio::use_future); // a slice waits on the hung server
+    CHECK(waiting.wait_for(200ms) == std::future_status::timeout);
+    const auto start = std::chrono::steady_clock::now();
+    m_hung->close(); // the manager loses it and tells the worker
+    REQUIRE(waiting.wait_for(10s) == std::future_status::ready);
+    CHECK(std::chrono::steady_clock::now() - start < 5s); // not the 30 s request timeout
+    try {
+        waiting.get();
+        FAIL("the push should fail");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::node_failed);
+    }
+    // Keys of the live server still work; keys of the failed one fail at once.
+    std::vector<std::uint64_t> live, dead;
+    const auto v = kv.view();
+    for (auto k : keys) {
+        (v->ring.owner(k) == m_real->id() ? live : dead).push_back(k);
+    }
+    REQUIRE(!live.empty());
+    REQUIRE(!dead.empty());
+    CHECK(kv.pull(live, asio::use_future).get().size() == live.size());
+    CHECK_THROWS_AS(kv.pull(dead, asio::use_future).get(), std::system_error);
+    hung.close();
+}
+
+TEST_CASE("run: four processes under the PETREL_ launcher", "[cluster][process]") {
+    auto procs = start_job("[spmd]", 4, {});
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(180s));
+        INFO(p->output());
+        CHECK(p->exit_code() == 0);
+    }
+}
+
+TEST_CASE("run: a server killed with SIGKILL fails the job quickly, naming the server",
+          "[cluster][process]") {
+    // Ranks 0 and 1 host the servers (ids 1 and 2), ranks 2 and 3 the workers.
+    auto procs = start_job("[spmd_until_failure]", 4, {{"PETREL_HEARTBEAT_TIMEOUT", "1000"}});
+    std::this_thread::sleep_for(3s); // the job forms and the workers push
+    for (auto& p : procs) {
+        REQUIRE_FALSE(p->wait_for(0ms)); // nobody stopped early
+    }
+    const auto killed = std::chrono::steady_clock::now();
+    procs[1]->kill(SIGKILL);
+    for (int r : {0, 2, 3}) {
+        auto& p = procs[static_cast<std::size_t>(r)];
+        REQUIRE(p->wait_for(30s)); // no hang
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() != 0);
+        CHECK_THAT(p->output(), Catch::Contains("server 2") && Catch::Contains("failed"));
+    }
+    // Well within the heartbeat timeout plus the time to stop.
+    CHECK(std::chrono::steady_clock::now() - killed < 15s);
+}
+
+TEST_CASE("run: four processes under mpirun", "[cluster][mpi]") {
+    if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
+        WARN("mpi test skipped: mpirun not found (scripts/setup installs openmpi-bin)");
+        return;
+    }
+    const auto port = petrel::test::free_port();
+    std::vector<std::string> argv{"mpirun",
+                                  "--allow-run-as-root",
+                                  "--oversubscribe",
+                                  "-np",
+                                  "4",
+                                  "-x",
+                                  "PETREL_ROOT=127.0.0.1:" + std::to_string(port),
+                                  "-x",
+                                  "PETREL_SERVERS=2",
+                                  petrel::test::self_path(),
+                                  "[spmd]"};
+    petrel::test::child_process p(argv, {},
+                                  "/tmp/petrel-test-" + std::to_string(::getpid()) + "-mpirun.log");
+    const bool done = p.wait_for(240s);
+    if (!done) {
+        p.kill(SIGTERM); // mpirun stops its ranks; the destructor kills what is left
+        p.wait_for(5s);
+    }
+    INFO(p.output());
+    REQUIRE(done);
+    CHECK(p.exit_code() == 0);
+}
+
+TEST_CASE("run: nodes in separate network namespaces bind and advertise their own address",
+          "[cluster][netns]") {
+    if (::geteuid() != 0 || std::system("command -v ip > /dev/null 2>&1") != 0) {
+        WARN("netns test skipped: needs root and the ip command");
+        return;
+    }
+    // Two "hosts": namespaces joined by a veth pair, one address each.
+    const std::string tag = std::to_string(::getpid() % 100000);
+    const std::string a = "ptl" + tag + "a";
+    const std::string b = "ptl" + tag + "b";
+    const std::string net = "10.231." + std::to_string(::getpid() % 250) + ".";
+    struct cleanup {
+        std::string a, b;
+        ~cleanup() {
+            std::system(("ip netns del " + a + " 2>/dev/null").c_str());
+            std::system(("ip netns del " + b + " 2>/dev/null").c_str());
+        }
+    } guard{a, b};
+    const std::vector<std::string> setup{
+        "ip netns add " + a,
+        "ip netns add " + b,
+        "ip link add v" + tag + "a netns " + a + " type veth peer name v" + tag + "b netns " + b,
+        "ip -n " + a + " addr add " + net + "1/24 dev v" + tag + "a",
+        "ip -n " + b + " addr add " + net + "2/24 dev v" + tag + "b",
+        "ip -n " + a + " link set v" + tag + "a up",
+        "ip -n " + b + " link set v" + tag + "b up",
+        "ip -n " + a + " link set lo up",
+        "ip -n " + b + " link set lo up"};
+    for (const auto& cmd : setup) {
+        INFO(cmd);
+        REQUIRE(std::system(cmd.c_str()) == 0);
+    }
+    // Ranks 0 (manager, server) and 2 (worker) on host a; 1 (server) and 3 (worker) on
+    // host b. Servers bind the wildcard and advertise their host's address.
+    const std::string root = net + "1:" + std::to_string(20000 + ::getpid() % 20000);
+    std::vector<std::unique_ptr<petrel::test::child_process>> procs;
+    for (int r = 0; r < 4; ++r) {
+        const bool on_a = r % 2 == 0;
+        std::vector<std::string> argv{
+            "ip", "netns", "exec", on_a ? a : b, petrel::test::self_path(), "[spmd]"};
+        std::map<std::string, std::string> env{{"PETREL_RANK", std::to_string(r)},
+                                               {"PETREL_SIZE", "4"},
+                                               {"PETREL_ROOT", root},
+                                               {"PETREL_SERVERS", "2"},
+                                               {"PETREL_BIND", "0.0.0.0"},
+                                               {"PETREL_ADVERTISE", net + (on_a ? "1" : "2")},
+                                               {"PETREL_JOB_ID", "netns-" + tag}};
+        procs.push_back(std::make_unique<petrel::test::child_process>(
+            argv, env, "/tmp/petrel-test-" + tag + "-netns-" + std::to_string(r) + ".log"));
+    }
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(180s));
+        INFO(p->output());
+        CHECK(p->exit_code() == 0);
+    }
+}
