@@ -293,3 +293,31 @@ TEST_CASE("manager_node: data messages are refused", "[cluster][manager]") {
     CHECK_THAT(j.logs.all(), Catch::Contains("only takes control messages"));
     t.close();
 }
+
+TEST_CASE("manager_node: a node that registers again replaces its earlier registration",
+          "[cluster][manager]") {
+    petrel::test::events ev; // outlives the io threads of the job
+    job j(1, 1);
+    // The first registration of worker rank 1 came over a connection that then went
+    // quiet (as one that dropped before the manager noticed)...
+    auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
+    std::promise<petrel::connection_ptr> connected;
+    t.async_connect(j.root, ev.handlers(),
+                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
+    auto conn = connected.get_future().get();
+    REQUIRE(conn);
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::join;
+    b.job_id = "job-a";
+    b.role = petrel::node_role::worker;
+    b.rank = 1;
+    conn->send(petrel::detail::make_control(b));
+    std::this_thread::sleep_for(300ms); // the manager reads it before the retry below
+    // ... and the node retried: the job forms with the retry, not refused as full.
+    auto w = j.make(petrel::node_role::worker, 1);
+    auto s = j.make(petrel::node_role::server, 0);
+    join_all({w, s});
+    CHECK(w->id() == 2);
+    CHECK(ev.message_count() == 0); // the replaced registration got no answer
+    t.close();
+}

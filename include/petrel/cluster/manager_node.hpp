@@ -331,6 +331,14 @@ private:
                                           "or a worker")});
                 return;
             }
+            // A node that registers again (its first connection dropped and it retried
+            // before the manager saw the drop) replaces its earlier registration.
+            for (auto& j : joins) {
+                if (j.body.role == b.role && j.body.rank == b.rank && j.body.local == b.local) {
+                    j = {c, h, std::move(b)};
+                    return;
+                }
+            }
             const std::uint32_t expected =
                 b.role == node_role::server ? opts.servers : opts.workers;
             const auto same_role = std::count_if(joins.begin(), joins.end(), [&](const joining& j) {
@@ -342,16 +350,6 @@ private:
                                               std::to_string(expected) + " " +
                                               std::string(to_string(b.role)) + "s")});
                 return;
-            }
-            for (const auto& j : joins) {
-                if (j.body.role == b.role && j.body.rank == b.rank && j.body.local == b.local) {
-                    out.push_back(
-                        {c, refusal(h, errc::invalid_argument,
-                                    "a " + std::string(to_string(b.role)) + " of rank " +
-                                        std::to_string(b.rank) + " index " +
-                                        std::to_string(b.local) + " has registered already")});
-                    return;
-                }
             }
             joins.push_back({c, h, std::move(b)});
             const auto servers = std::count_if(joins.begin(), joins.end(), [](const joining& j) {
