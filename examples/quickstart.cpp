@@ -55,8 +55,7 @@ void train(petrel::worker_node& worker) {
         const float loss = 0.5f * xt::mean(err * err)();
         xt::xtensor<float, 1> grad =
             xt::sum(x * xt::view(err, xt::all(), xt::newaxis()), {0}) / float(y.size());
-        kv.push(keys, xt::xtensor<float, 1>(-learning_rate * share * grad), asio::use_future)
-            .get();
+        kv.push(keys, xt::xtensor<float, 1>(-learning_rate * share * grad), asio::use_future).get();
         if (worker.rank() == 0 && (it % 25 == 0 || it == iterations - 1)) {
             std::printf("iteration %3d  loss %.6f\n", it, static_cast<double>(loss));
         }
