@@ -155,7 +155,7 @@ public:
             ids.push_back(id);
         }
         v.ring = ring::balanced(opts_.ring, ids); // throws on bad ring options
-        adopt(std::make_shared<const membership_view>(std::move(v)));
+        settle(adopt(std::make_shared<const membership_view>(std::move(v))));
     }
 
     /// A store of a worker in a job: the job's view says where keys live, and every new
@@ -163,34 +163,31 @@ public:
     /// `opts.servers` and `opts.ring` are ignored. @throws std::invalid_argument
     explicit kv_store(worker_node& worker, options_type opts = {})
         : transport_(worker.transport()), opts_(std::move(opts)), log_(transport_.options().log),
-          member_(worker.membership_ptr()) {
+          member_(worker.membership_ptr()), owns_transport_(false) {
         check_width();
         opts_.node_id = worker.id();
         opts_.request_timeout = worker.request_timeout();
-        auto v = worker.view();
-        if (!v || v->ring.empty()) {
+        if (auto v = worker.view(); !v || v->ring.empty()) {
             throw std::invalid_argument("petrel::kv_store: the worker has no view of its job");
         }
-        for (auto& l : adopt(v)) {
-            l->close(make_error_code(errc::node_failed)); // failed before this store existed
-        }
+        // Subscribe first, so that no view between the read below and the subscription
+        // is missed (adopt ignores views that are not newer).
         std::weak_ptr<shared> weak = shared_;
         subscription_ = member_->subscribe([weak](const member::view_ptr& nv) {
             auto s = weak.lock();
             if (!s) {
                 return;
             }
-            std::vector<std::shared_ptr<detail::request_link>> failed;
+            adoption a;
             {
                 std::lock_guard lock(s->mutex);
                 if (s->owner) {
-                    failed = s->owner->adopt(nv);
+                    a = s->owner->adopt(nv);
                 }
             }
-            for (auto& l : failed) {
-                l->close(make_error_code(errc::node_failed));
-            }
+            settle(a);
         });
+        settle(adopt(worker.view())); // servers failed before this store existed fail at once
     }
 
     kv_store(const kv_store&) = delete;
@@ -281,7 +278,9 @@ public:
         for (auto& l : links) {
             l->close();
         }
-        transport_.close();
+        if (owns_transport_) {
+            transport_.close(); // a worker's transport is shared by its other stores
+        }
     }
 
     /// The view that places this store's keys.
@@ -334,16 +333,24 @@ private:
         }
     }
 
-    /// Switches to view `v` (if newer); returns the links of servers that failed in it,
-    /// for the caller to close once no lock is held.
-    std::vector<std::shared_ptr<detail::request_link>>
-    adopt(std::shared_ptr<const membership_view> v) {
+    /// What a new view changes outside the store's lock: links of servers that failed
+    /// (closed with `errc::node_failed`) and what to log about them.
+    struct adoption {
         std::vector<std::shared_ptr<detail::request_link>> failed;
+        std::vector<std::string> notes;
+        logger log;
+    };
+
+    /// Switches to view `v` (if newer); the caller settles the result once no lock is held.
+    adoption adopt(std::shared_ptr<const membership_view> v) {
+        adoption a;
+        a.log = log_;
+        auto& failed = a.failed;
         auto p = std::make_shared<placement>();
         p->view = v;
         std::lock_guard lock(mutex_);
         if (placement_ && placement_->view->version >= v->version) {
-            return failed;
+            return a;
         }
         std::map<node_id, std::uint32_t> slot_of;
         for (const auto* n : v->of_role(node_role::server)) {
@@ -356,11 +363,9 @@ private:
                 }
             }
             if (n->state == node_state::failed && !link->closed()) {
-                if (log_) {
-                    log_(log_level::error, "petrel worker " + std::to_string(opts_.node_id) + ": " +
-                                               n->describe() + " failed: " + n->failure +
-                                               "; its requests fail with node_failed");
-                }
+                a.notes.push_back("petrel worker " + std::to_string(opts_.node_id) + ": " +
+                                  n->describe() + " failed: " + n->failure +
+                                  "; its requests fail with node_failed");
                 failed.push_back(link);
             }
             slot_of[n->id] = static_cast<std::uint32_t>(p->links.size());
@@ -372,7 +377,18 @@ private:
             p->partition_slot[i] = slot_of.at(r.owners(i)[0]);
         }
         placement_ = std::move(p);
-        return failed;
+        return a;
+    }
+
+    static void settle(const adoption& a) {
+        for (const auto& note : a.notes) {
+            if (a.log) {
+                a.log(log_level::error, note);
+            }
+        }
+        for (const auto& l : a.failed) {
+            l->close(make_error_code(errc::node_failed));
+        }
     }
 
     template <typename CompletionToken>
@@ -594,7 +610,10 @@ private:
         auto join = std::make_shared<join_state<decltype(done)>>(std::move(done), slices.size());
         for (const auto& s : slices) {
             s.link->request(make_request(wire::message_kind::push, s),
-                            [join](std::error_code ec, wire::message&&) {
+                            [join](std::error_code ec, wire::message&& m) {
+                                if (!ec && m.header.kind != wire::message_kind::push_reply) {
+                                    ec = errc::bad_message_kind;
+                                }
                                 if (join->arrive(ec)) {
                                     std::move(*join->done).dispatch(join->error);
                                 }
@@ -668,6 +687,7 @@ private:
     std::shared_ptr<member> member_;
     std::size_t subscription_ = 0;
     std::shared_ptr<shared> shared_ = make_shared_owner();
+    bool owns_transport_ = true;
     mutable std::mutex mutex_;
     bool closed_ = false;
     std::map<node_id, std::shared_ptr<detail::request_link>> links_;

@@ -313,11 +313,26 @@ TEST_CASE("manager_node: a node that registers again replaces its earlier regist
     b.rank = 1;
     conn->send(petrel::detail::make_control(b));
     std::this_thread::sleep_for(300ms); // the manager reads it before the retry below
-    // ... and the node retried: the job forms with the retry, not refused as full.
+    // ... and the node retried: the retry replaces it, and the replaced registration is
+    // told so rather than left waiting.
     auto w = j.make(petrel::node_role::worker, 1);
+    auto fw = w->async_join(asio::use_future);
+    const auto deadline = std::chrono::steady_clock::now() + petrel::test::timeout;
+    while (ev.message_count() == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    REQUIRE(ev.message_count() == 1);
+    {
+        std::lock_guard lock(ev.mutex);
+        CHECK(ev.messages[0].header.kind == petrel::wire::message_kind::control_reply);
+        CHECK(ev.messages[0].header.status ==
+              static_cast<std::uint32_t>(petrel::errc::invalid_argument));
+    }
+    // The job forms with the retry.
     auto s = j.make(petrel::node_role::server, 0);
-    join_all({w, s});
+    auto fs = s->async_join(asio::use_future);
+    CHECK_FALSE(code_of(fw));
+    CHECK_FALSE(code_of(fs));
     CHECK(w->id() == 2);
-    CHECK(ev.message_count() == 0); // the replaced registration got no answer
     t.close();
 }

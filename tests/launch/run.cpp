@@ -271,7 +271,36 @@ TEST_CASE("run: a kv_store in a job fails at once on a server the manager declar
     REQUIRE(!dead.empty());
     CHECK(kv.pull(live, asio::use_future).get().size() == live.size());
     CHECK_THROWS_AS(kv.pull(dead, asio::use_future).get(), std::system_error);
+
+    // Stores share the worker's transport: closing one leaves the others working, and a
+    // store made later sees the failure at once.
+    kv.close();
+    petrel::kv_store<std::uint64_t, float> other(w, {.table_id = 2});
+    other.push(live, xt::xtensor<float, 1>(xt::ones<float>({live.size()})), asio::use_future).get();
+    CHECK(other.pull(live, asio::use_future).get().values()(0) == 1.0f);
+    CHECK_THROWS_AS(other.pull(dead, asio::use_future).get(), std::system_error);
     hung.close();
+}
+
+TEST_CASE("run: a rank whose manager cannot listen fails at once, no hang", "[cluster][launch]") {
+    asio::io_context io;
+    asio::ip::tcp::acceptor busy(io, {asio::ip::make_address("127.0.0.1"), 0});
+    const auto root = "127.0.0.1:" + std::to_string(busy.local_endpoint().port());
+    const auto env = petrel::map_environment({{"PETREL_RANK", "0"},
+                                              {"PETREL_SIZE", "2"},
+                                              {"PETREL_ROOT", root},
+                                              {"PETREL_ROLES", "manager"},
+                                              {"PETREL_SERVERS", "1"},
+                                              {"PETREL_WORKERS", "1"}});
+    const char* argv[] = {"trainer"};
+    const auto s = petrel::resolve(quick_heartbeats(), 1, argv, env);
+    CHECK(s.managers_here == 1);
+    std::string logged;
+    const int status = petrel::run(
+        s, [](petrel::worker_node&) {},
+        [&](petrel::log_level, std::string_view t) { logged += t; });
+    CHECK(status == petrel::run_failed);
+    CHECK_THAT(logged, Catch::Contains("could not start"));
 }
 
 TEST_CASE("run: four processes under the PETREL_ launcher", "[cluster][process]") {

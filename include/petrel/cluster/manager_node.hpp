@@ -80,6 +80,11 @@ public:
                 " replicas need more servers than " + std::to_string(opts.servers));
         }
         ring::balanced(opts.ring, std::vector<node_id>{1}); // checks the ring options
+        if (std::uint64_t{opts.ring.partitions} * (opts.ring.replicas + 1) * sizeof(node_id) >
+            wire::max_control_bytes / 2) {
+            throw std::invalid_argument("petrel::manager_node: the ring's owner table would not "
+                                        "fit in a membership view: use fewer partitions");
+        }
         state_->opts = std::move(opts);
         state_->log = transport_.options().log;
     }
@@ -103,8 +108,9 @@ public:
                 s->on_close(c);
             }
         };
+        state_->start(); // joins are accepted from the first connection on
         std::string bound = transport_.listen(address, std::move(h));
-        state_->start(bound);
+        state_->set_address(bound);
         return bound;
     }
 
@@ -194,24 +200,36 @@ private:
         std::vector<std::function<void(std::error_code)>> waiters;
         std::error_code result;
         std::string failure;
+        std::vector<std::pair<log_level, std::string>> notes; // written by flush()
 
-        void report(log_level level, const std::string& text) const {
+        /// Logs at once: only where no lock is held.
+        void say_now(log_level level, const std::string& text) const {
             if (log) {
                 log(level, "petrel manager: " + text);
             }
         }
 
-        void start(const std::string& bound) {
+        /// Queues a log line; flush() writes it once the lock is released, so that a
+        /// logger may call back into the manager.
+        void report(log_level level, const std::string& text) {
+            notes.emplace_back(level, "petrel manager: " + text);
+        }
+
+        void start() {
             {
                 std::lock_guard lock(mutex);
                 if (ph != phase::idle) {
                     return;
                 }
                 ph = phase::registering;
-                address = bound;
                 startup_deadline = clock::now() + opts.startup_timeout;
             }
             arm();
+        }
+
+        void set_address(const std::string& bound) {
+            std::lock_guard lock(mutex);
+            address = bound;
         }
 
         void add_waiter(std::function<void(std::error_code)> w) {
@@ -245,15 +263,15 @@ private:
 
         void on_message(const connection_ptr& c, wire::message&& m) {
             if (m.header.kind != wire::message_kind::control) {
-                report(log_level::warning, "closing connection with " + c->remote_address() +
-                                               ": the manager only takes control messages");
+                say_now(log_level::warning, "closing connection with " + c->remote_address() +
+                                                ": the manager only takes control messages");
                 c->close();
                 return;
             }
             auto body = detail::read_control(m);
             if (!body) {
-                report(log_level::warning, "closing connection with " + c->remote_address() +
-                                               ": malformed control message");
+                say_now(log_level::warning, "closing connection with " + c->remote_address() +
+                                                ": malformed control message");
                 c->close();
                 return;
             }
@@ -334,7 +352,19 @@ private:
             // A node that registers again (its first connection dropped and it retried
             // before the manager saw the drop) replaces its earlier registration.
             for (auto& j : joins) {
+                if (j.conn == c) {
+                    out.push_back(
+                        {c, refusal(h, errc::invalid_argument, "a connection registers one node")});
+                    return;
+                }
+            }
+            for (auto& j : joins) {
                 if (j.body.role == b.role && j.body.rank == b.rank && j.body.local == b.local) {
+                    out.push_back({j.conn, refusal(j.request, errc::invalid_argument,
+                                                   "replaced by a later registration of " +
+                                                       std::string(to_string(b.role)) + " rank " +
+                                                       std::to_string(b.rank) + " index " +
+                                                       std::to_string(b.local))});
                     j = {c, h, std::move(b)};
                     return;
                 }
@@ -411,6 +441,14 @@ private:
         void on_heartbeat(const connection_ptr& c, const wire::message_header& h,
                           std::vector<outgoing>& out) {
             auto it = by_conn.find(c.get());
+            if (it == by_conn.end() && ph == phase::running) {
+                // Its first connection dropped, so the node was declared failed: say so,
+                // rather than let it carry on unaware.
+                out.push_back({c, refusal(h, errc::node_failed,
+                                          "not a live member of job '" + opts.job_id +
+                                              "': its connection to the manager was lost")});
+                return;
+            }
             if (it != by_conn.end() && view) {
                 const auto* n = view->find(it->second);
                 if (n && n->state == node_state::failed) {
@@ -445,8 +483,12 @@ private:
                 return;
             }
             auto& b = barriers[index_of(g)];
+            if (!b.arrived.insert(n->id).second) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          n->describe() + " is already waiting at this barrier")});
+                return;
+            }
             b.waiting.push_back({c, h});
-            b.arrived.insert(n->id);
             try_release(g, out);
         }
 
@@ -577,11 +619,23 @@ private:
 
         void flush(std::vector<outgoing>& out,
                    std::vector<std::function<void(std::error_code)>>& done) {
+            std::vector<std::pair<log_level, std::string>> lines;
+            std::error_code ec;
+            {
+                std::lock_guard lock(mutex);
+                lines.swap(notes);
+                ec = result;
+            }
+            for (const auto& [level, text] : lines) {
+                if (log) {
+                    log(level, text);
+                }
+            }
             for (auto& o : out) {
                 o.conn->send(std::move(o.message));
             }
             for (auto& d : done) {
-                d(result);
+                d(ec);
             }
         }
 

@@ -298,7 +298,8 @@ private:
                 return;
             }
             auto b = detail::read_control(m);
-            if (!b || !b->view || !valid(*b->view) || !b->view->find(b->id)) {
+            const node_info* me = b && b->view && valid(*b->view) ? b->view->find(b->id) : nullptr;
+            if (!me || me->role != opts.role || b->view->job_id != opts.job_id) {
                 remember("the manager sent a malformed join reply");
                 done(make_error_code(errc::malformed_header));
                 return;
@@ -318,8 +319,11 @@ private:
             done({});
         }
 
-        /// A view is usable when every ring owner is one of its servers.
+        /// A view is usable when it has a ring and every ring owner is one of its servers.
         static bool valid(const membership_view& v) {
+            if (v.ring.empty()) {
+                return false;
+            }
             for (auto owner : v.ring.owner_table()) {
                 const auto* n = v.find(owner);
                 if (!n || n->role != node_role::server) {
@@ -333,7 +337,8 @@ private:
 
         void on_notify(wire::message&& m) {
             auto b = detail::read_control(m);
-            if (!b || b->op != detail::control_op::view || !b->view || !valid(*b->view)) {
+            if (!b || b->op != detail::control_op::view || !b->view || !valid(*b->view) ||
+                b->view->job_id != opts.job_id) {
                 report(log_level::warning, "ignored a malformed message from the manager");
                 return;
             }

@@ -218,7 +218,7 @@ void load(Archive& ar, membership_view& v) {
         v.ring = ring{};
         return;
     }
-    if (owners > (std::uint32_t{1} << 23)) {
+    if (owners > (std::uint32_t{1} << 22)) { // 16 MiB: the most a control body holds
         throw std::length_error("too many ring owners in a view");
     }
     std::vector<node_id> table(owners);

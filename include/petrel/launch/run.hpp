@@ -153,6 +153,9 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         } catch (const std::exception& e) {
             say(log_level::error, std::string("petrel: could not start: ") + e.what());
             status = run_failed;
+            if (manager) {
+                manager->close(); // nothing to wait for: this process cannot take part
+            }
         }
 
         // Join: every node of the job registers; the manager answers once all have.
@@ -217,7 +220,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         // The manager stays until every node of the job has left or failed.
         if (manager) {
             auto finished = manager->async_wait_finished(asio::use_future);
-            if (status != run_ok && s.workers_here + s.servers_here > 0 &&
+            if (status != run_ok &&
                 finished.wait_for(s.heartbeat_timeout * 2) != std::future_status::ready) {
                 // Our own nodes failed to start or finish: do not wait for the others.
                 manager->close();
