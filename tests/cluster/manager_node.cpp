@@ -49,6 +49,16 @@ struct job {
         return o;
     }
 
+    /// A raw connection to the manager, its events recorded in `ev`.
+    petrel::connection_ptr connect(petrel::tcp_transport& t, petrel::test::events& ev) {
+        std::promise<petrel::connection_ptr> connected;
+        t.async_connect(root, ev.handlers(),
+                        [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
+        auto conn = connected.get_future().get();
+        REQUIRE(conn);
+        return conn;
+    }
+
     std::shared_ptr<petrel::member> make(petrel::node_role role, std::uint32_t rank,
                                          std::string job_id = "job-a",
                                          std::chrono::milliseconds heartbeat = 50ms,
@@ -66,6 +76,16 @@ struct job {
         return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), quiet()), o);
     }
 };
+
+/// The join request of worker `rank` of job "job-a", as a member would send it.
+petrel::wire::message worker_join(std::uint32_t rank) {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::join;
+    b.job_id = "job-a";
+    b.role = petrel::node_role::worker;
+    b.rank = rank;
+    return petrel::detail::make_control(b);
+}
 
 /// Joins every member concurrently (the job forms once all registered).
 void join_all(const std::vector<std::shared_ptr<petrel::member>>& members) {
@@ -248,17 +268,8 @@ TEST_CASE("manager_node: a silent node is declared failed within the heartbeat t
     // A worker that registers by hand and then never sends a heartbeat: connected but
     // silent, as a stopped process.
     auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
-    std::promise<petrel::connection_ptr> connected;
-    t.async_connect(j.root, ev.handlers(),
-                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
-    auto conn = connected.get_future().get();
-    REQUIRE(conn);
-    petrel::detail::control_body b;
-    b.op = petrel::detail::control_op::join;
-    b.job_id = "job-a";
-    b.role = petrel::node_role::worker;
-    b.rank = 1;
-    conn->send(petrel::detail::make_control(b));
+    auto conn = j.connect(t, ev);
+    conn->send(worker_join(1));
     REQUIRE_FALSE(code_of(fs));
     const auto formed = std::chrono::steady_clock::now();
 
@@ -281,11 +292,7 @@ TEST_CASE("manager_node: data messages are refused", "[cluster][manager]") {
     petrel::test::events ev; // outlives the io threads of the job
     job j(1, 1);
     auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
-    std::promise<petrel::connection_ptr> connected;
-    t.async_connect(j.root, ev.handlers(),
-                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
-    auto conn = connected.get_future().get();
-    REQUIRE(conn);
+    auto conn = j.connect(t, ev);
     petrel::wire::message m;
     m.header.kind = petrel::wire::message_kind::pull;
     conn->send(std::move(m));
@@ -301,17 +308,8 @@ TEST_CASE("manager_node: a node that registers again replaces its earlier regist
     // The first registration of worker rank 1 came over a connection that then went
     // quiet (as one that dropped before the manager noticed)...
     auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
-    std::promise<petrel::connection_ptr> connected;
-    t.async_connect(j.root, ev.handlers(),
-                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
-    auto conn = connected.get_future().get();
-    REQUIRE(conn);
-    petrel::detail::control_body b;
-    b.op = petrel::detail::control_op::join;
-    b.job_id = "job-a";
-    b.role = petrel::node_role::worker;
-    b.rank = 1;
-    conn->send(petrel::detail::make_control(b));
+    auto conn = j.connect(t, ev);
+    conn->send(worker_join(1));
     std::this_thread::sleep_for(300ms); // the manager reads it before the retry below
     // ... and the node retried: the retry replaces it, and the replaced registration is
     // told so rather than left waiting.
