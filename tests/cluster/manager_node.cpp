@@ -9,6 +9,7 @@
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -48,6 +49,9 @@ struct job {
         o.log = logs.logger();
         return o;
     }
+
+    /// Server rank 0 and workers ranks 1 and 2, joined (for a job of 1 server, 2 workers).
+    std::array<std::shared_ptr<petrel::member>, 3> server_and_two_workers();
 
     /// A raw connection to the manager, its events recorded in `ev`.
     petrel::connection_ptr connect(petrel::tcp_transport& t, petrel::test::events& ev) {
@@ -98,6 +102,14 @@ void join_all(const std::vector<std::shared_ptr<petrel::member>>& members) {
     }
 }
 
+std::array<std::shared_ptr<petrel::member>, 3> job::server_and_two_workers() {
+    std::array<std::shared_ptr<petrel::member>, 3> m{make(petrel::node_role::server, 0),
+                                                     make(petrel::node_role::worker, 1),
+                                                     make(petrel::node_role::worker, 2)};
+    join_all({m.begin(), m.end()});
+    return m;
+}
+
 } // namespace
 
 TEST_CASE("manager_node: a job forms once every node registered, ids follow roles and ranks",
@@ -144,10 +156,7 @@ TEST_CASE("manager_node: a job forms once every node registered, ids follow role
 TEST_CASE("manager_node: barriers release a group once all its live members arrived",
           "[cluster][manager]") {
     job j(1, 2);
-    auto s = j.make(petrel::node_role::server, 0);
-    auto w0 = j.make(petrel::node_role::worker, 1);
-    auto w1 = j.make(petrel::node_role::worker, 2);
-    join_all({s, w0, w1});
+    auto [s, w0, w1] = j.server_and_two_workers();
     for (int round = 0; round < 3; ++round) {
         auto b0 = w0->async_barrier(petrel::group::workers, asio::use_future);
         CHECK(b0.wait_for(50ms) == std::future_status::timeout);
@@ -195,12 +204,7 @@ TEST_CASE("manager_node: a node of another job is refused", "[cluster][manager]"
 
 TEST_CASE("manager_node: a node beyond the job's size is refused", "[cluster][manager]") {
     job j(1, 1);
-    auto s = j.make(petrel::node_role::server, 0);
-    auto w = j.make(petrel::node_role::worker, 1);
-    auto fs = s->async_join(asio::use_future);
-    auto fw = w->async_join(asio::use_future);
-    REQUIRE_FALSE(code_of(fs));
-    REQUIRE_FALSE(code_of(fw));
+    join_all({j.make(petrel::node_role::server, 0), j.make(petrel::node_role::worker, 1)});
     auto extra = j.make(petrel::node_role::worker, 2);
     auto fe = extra->async_join(asio::use_future);
     CHECK(code_of(fe) == petrel::errc::job_full);
@@ -224,10 +228,7 @@ TEST_CASE("manager_node: a job that does not form in time fails every waiting no
 TEST_CASE("manager_node: a lost node is declared failed, and waits on it end with an error",
           "[cluster][manager]") {
     job j(1, 2);
-    auto s = j.make(petrel::node_role::server, 0);
-    auto w0 = j.make(petrel::node_role::worker, 1);
-    auto w1 = j.make(petrel::node_role::worker, 2);
-    join_all({s, w0, w1});
+    auto [s, w0, w1] = j.server_and_two_workers();
     std::promise<std::shared_ptr<const petrel::membership_view>> seen;
     auto seen_f = seen.get_future();
     std::atomic<bool> once{false};
