@@ -308,6 +308,8 @@ private:
     /// push the values) gathered in that order.
     struct slice {
         std::shared_ptr<detail::request_link> link;
+        node_id server = no_node;
+        std::shared_ptr<const membership_view> view; // names the server in failure reports
         std::vector<run> runs;
         std::size_t count = 0;
         shared_bytes keys;
@@ -318,6 +320,7 @@ private:
     struct placement {
         std::shared_ptr<const membership_view> view;
         std::vector<std::shared_ptr<detail::request_link>> links; // by slot
+        std::vector<node_id> servers;                             // by slot
         std::vector<std::uint32_t> partition_slot;                // partition → slot
     };
 
@@ -370,6 +373,7 @@ private:
             }
             slot_of[n->id] = static_cast<std::uint32_t>(p->links.size());
             p->links.push_back(link);
+            p->servers.push_back(n->id);
         }
         const auto& r = v->ring;
         p->partition_slot.resize(r.options().partitions);
@@ -378,6 +382,23 @@ private:
         }
         placement_ = std::move(p);
         return a;
+    }
+
+    /// Logs a slice's lost connection or timeout naming its server (the error code says
+    /// nothing about which server it was).
+    auto failure_report(const slice& s) const {
+        return [log = log_, self = opts_.node_id, server = s.server,
+                view = s.view](std::error_code ec) {
+            const bool lost = ec == errc::connection_closed || ec == errc::timed_out ||
+                              (ec && ec.category() != error_category());
+            if (!lost || !log) {
+                return; // refusals name themselves; node_failed was logged with the view
+            }
+            const auto* n = view->find(server);
+            log(log_level::error, "petrel worker " + std::to_string(self) + ": a request to " +
+                                      (n ? n->describe() : "server " + std::to_string(server)) +
+                                      " failed: " + ec.message());
+        };
     }
 
     static void settle(const adoption& a) {
@@ -520,6 +541,8 @@ private:
             }
             slice sl;
             sl.link = where->links[s];
+            sl.server = where->servers[s];
+            sl.view = where->view;
             sl.count = n;
             if (runs[s].size() == 1) {
                 const auto first = runs[s][0].first;
@@ -609,15 +632,17 @@ private:
         }
         auto join = std::make_shared<join_state<decltype(done)>>(std::move(done), slices.size());
         for (const auto& s : slices) {
-            s.link->request(make_request(wire::message_kind::push, s),
-                            [join](std::error_code ec, wire::message&& m) {
-                                if (!ec && m.header.kind != wire::message_kind::push_reply) {
-                                    ec = errc::bad_message_kind;
-                                }
-                                if (join->arrive(ec)) {
-                                    std::move(*join->done).dispatch(join->error);
-                                }
-                            });
+            s.link->request(
+                make_request(wire::message_kind::push, s),
+                [join, report = failure_report(s)](std::error_code ec, wire::message&& m) {
+                    if (!ec && m.header.kind != wire::message_kind::push_reply) {
+                        ec = errc::bad_message_kind;
+                    }
+                    report(ec);
+                    if (join->arrive(ec)) {
+                        std::move(*join->done).dispatch(join->error);
+                    }
+                });
         }
     }
 
@@ -649,9 +674,12 @@ private:
         for (auto& s : slices) {
             auto request = make_request(wire::message_kind::pull, s);
             s.link->request(std::move(request), [join, runs = std::move(s.runs), count = s.count,
-                                                 row, one, keys = p.keys, width = opts_.width](
-                                                    std::error_code ec, wire::message&& m) {
-                if (!ec && (m.header.key_count != count || m.header.width != width ||
+                                                 row, one, keys = p.keys, width = opts_.width,
+                                                 report = failure_report(s)](std::error_code ec,
+                                                                             wire::message&& m) {
+                report(ec);
+                if (!ec && (m.header.kind != wire::message_kind::pull_reply ||
+                            m.header.key_count != count || m.header.width != width ||
                             m.header.value_type != wire::scalar_type_of<Value> ||
                             m.values().size() != count * row)) {
                     ec = errc::value_count_mismatch;
