@@ -289,3 +289,51 @@ TEST_CASE("frame: control messages carry one body segment and nothing else", "[w
                     shared_bytes::copy_of(std::vector<std::byte>(max_control_bytes + 1)));
     CHECK(validate(big, {}) == errc::frame_too_large);
 }
+
+TEST_CASE("frame: clock messages carry no payload", "[wire]") {
+    message m;
+    m.header.kind = message_kind::clock;
+    m.header.range_end = key_space_end<std::uint64_t>;
+    m.header.worker = 2;
+    m.header.clock = 7;
+    CHECK_FALSE(validate(m, {}));
+    m.header.kind = message_kind::clock_reply;
+    m.header.clocks = {{0, 10, 2, 7}};
+    CHECK_FALSE(validate(m, {}));
+
+    auto with_body = m;
+    std::vector<std::byte> body(8, std::byte{1});
+    with_body.set_segment(values_segment, shared_bytes::copy_of(body));
+    CHECK(validate(with_body, {}) == errc::segment_size_mismatch);
+    auto counted = m;
+    counted.header.key_count = 1;
+    CHECK(validate(counted, {}) == errc::segment_size_mismatch);
+    auto backwards = m;
+    backwards.header.range_begin = 10;
+    backwards.header.range_end = 5;
+    CHECK(validate(backwards, {}) == errc::malformed_header);
+}
+
+TEST_CASE("frame: calls carry a key range and one body, also on failed replies", "[wire]") {
+    message m;
+    m.header.kind = message_kind::call;
+    m.header.range_begin = 100;
+    m.header.range_end = 200;
+    std::vector<std::byte> body(40, std::byte{3});
+    m.set_segment(values_segment, shared_bytes::copy_of(body));
+    CHECK_FALSE(validate(m, {}));
+    m.header.kind = message_kind::call_reply;
+    m.header.status = static_cast<std::uint32_t>(errc::handler_failed); // the error's text
+    CHECK_FALSE(validate(m, {}));
+
+    auto with_keys = m;
+    std::vector<std::uint64_t> keys{100};
+    with_keys.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    with_keys.header.key_count = 1;
+    CHECK(validate(with_keys, {}) == errc::segment_size_mismatch);
+    message big;
+    big.header.kind = message_kind::call;
+    big.set_segment(values_segment,
+                    shared_bytes::copy_of(std::vector<std::byte>(max_control_bytes + 1)));
+    CHECK(validate(big, {}) == errc::frame_too_large);
+}

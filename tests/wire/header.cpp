@@ -31,6 +31,8 @@ message_header full_header() {
     h.range_begin = 1000;
     h.range_end = 0xfffffffffffffff0ULL;
     h.key_count = 3;
+    h.worker = 5;
+    h.clock = 0x0102030405060708ULL;
     h.clocks = {{0, 10, 1, 7}, {10, 20, 2, 9}, {20, 0xffffffffffffffffULL, 0xffffffffu, 1u << 31}};
     h.segment_bytes = {12, 3072, 40};
     return h;
@@ -124,11 +126,12 @@ TEST_CASE("header: decoding replaces earlier contents", "[wire]") {
 }
 
 TEST_CASE("header: the serialized layout has a fixed size", "[wire]") {
-    // 62 bytes of scalar fields, a u32 clock count, 3 u64 segment sizes; 28 bytes per clock.
-    CHECK(serialize(message_header{}).size() == 90);
+    // 74 bytes of scalar fields (with the worker index and clock), a u32 clock count, 3 u64
+    // segment sizes; 28 bytes per clock entry.
+    CHECK(serialize(message_header{}).size() == 102);
     auto h = message_header{};
     h.clocks.resize(5);
-    CHECK(serialize(h).size() == 90 + 5 * 28);
+    CHECK(serialize(h).size() == 102 + 5 * 28);
 }
 
 TEST_CASE("header: the most clock entries allowed round-trip, one more is refused", "[wire]") {
@@ -162,7 +165,7 @@ TEST_CASE("header: decode_header names what is wrong", "[wire]") {
     }
     SECTION("another version") {
         auto b = good;
-        b[4] = std::byte{2};
+        b[4] = std::byte{1}; // the version before clocks and calls
         CHECK(decode(b, out) == errc::unsupported_version);
     }
     SECTION("cut short") {
@@ -181,7 +184,7 @@ TEST_CASE("header: decode_header names what is wrong", "[wire]") {
     SECTION("a clock count larger than the bytes that follow") {
         auto b = serialize(message_header{});
         const std::uint32_t n = 100;
-        std::memcpy(b.data() + 62, &n, 4);
+        std::memcpy(b.data() + 74, &n, 4);
         CHECK(decode(b, out) == errc::malformed_header);
     }
 }
@@ -225,7 +228,13 @@ TEST_CASE("header: message kinds, known and replies", "[wire]") {
     CHECK_FALSE(is_known(static_cast<message_kind>(0)));
     CHECK(is_known(message_kind::control));
     CHECK(is_known(message_kind::control_reply));
-    CHECK_FALSE(is_known(static_cast<message_kind>(7)));
+    CHECK(is_known(message_kind::clock));
+    CHECK(is_known(message_kind::call_reply));
+    STATIC_REQUIRE(static_cast<int>(message_kind::clock) == 7);
+    STATIC_REQUIRE(static_cast<int>(message_kind::clock_reply) == 8);
+    STATIC_REQUIRE(static_cast<int>(message_kind::call) == 9);
+    STATIC_REQUIRE(static_cast<int>(message_kind::call_reply) == 10);
+    CHECK_FALSE(is_known(static_cast<message_kind>(11)));
     CHECK_FALSE(is_known(static_cast<message_kind>(255)));
 
     CHECK_FALSE(is_reply(message_kind::push));
@@ -234,6 +243,10 @@ TEST_CASE("header: message kinds, known and replies", "[wire]") {
     CHECK(is_reply(message_kind::pull_reply));
     CHECK_FALSE(is_reply(message_kind::control));
     CHECK(is_reply(message_kind::control_reply));
+    CHECK_FALSE(is_reply(message_kind::clock));
+    CHECK(is_reply(message_kind::clock_reply));
+    CHECK_FALSE(is_reply(message_kind::call));
+    CHECK(is_reply(message_kind::call_reply));
     CHECK_FALSE(is_reply(static_cast<message_kind>(0)));
 }
 

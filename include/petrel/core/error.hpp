@@ -43,10 +43,15 @@ enum class errc : int {
     job_mismatch,
     job_full,
     manager_unreachable,
+    // Consistency and remote functions.
+    backlog_full,
+    unknown_worker,
+    too_many_tables,
+    unknown_function,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::manager_unreachable;
+inline constexpr errc last_errc = errc::unknown_function;
 
 namespace detail {
 
@@ -122,6 +127,19 @@ public:
         case errc::manager_unreachable:
             return "the manager (root address) could not be reached or stopped answering: "
                    "check PETREL_ROOT and that rank 0 is running";
+        case errc::backlog_full:
+            return "the server holds as many waiting requests (pushes held for their clock, "
+                   "pulls waiting for slower workers) as its limits allow: call clock() once "
+                   "per iteration and wait for pulls before pushing further ahead";
+        case errc::unknown_worker:
+            return "the worker index is not one of the server's workers (see "
+                   "server_options::workers and kv_store_options::worker)";
+        case errc::too_many_tables:
+            return "the server already holds as many tables as server_options::max_tables "
+                   "allows";
+        case errc::unknown_function:
+            return "no remote function of that name is registered on the server: register it "
+                   "in the function_registry of every process";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

@@ -194,6 +194,14 @@ template <typename Key>
         !detail::checked_mul(row_values, vs, value_bytes)) {
         return errc::segment_size_mismatch;
     }
+    if (h.kind == message_kind::call || h.kind == message_kind::call_reply) {
+        // A key range and one opaque body (the function's name and arguments, or its
+        // result or error message), read by the server and the store.
+        if (h.key_count != 0 || keys != 0 || lengths != 0) {
+            return errc::segment_size_mismatch;
+        }
+        return values <= max_control_bytes ? std::error_code{} : errc::frame_too_large;
+    }
     const bool failed_reply = is_reply(h.kind) && h.status != 0;
     if (failed_reply) {
         return (keys | values | lengths) == 0 ? std::error_code{} : errc::segment_size_mismatch;
@@ -223,8 +231,14 @@ template <typename Key>
             return errc::segment_size_mismatch;
         }
         return values == value_bytes ? std::error_code{} : errc::value_count_mismatch;
+    case message_kind::clock:
+    case message_kind::clock_reply:
+        return (h.key_count | keys | values | lengths) == 0 ? std::error_code{}
+                                                            : errc::segment_size_mismatch;
     case message_kind::control:
     case message_kind::control_reply:
+    case message_kind::call:
+    case message_kind::call_reply:
         break; // checked above
     }
     return errc::bad_message_kind;

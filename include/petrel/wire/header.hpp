@@ -1,6 +1,7 @@
 // Petrel: the message header.
 #pragma once
 
+#include <petrel/core/clock_entry.hpp>
 #include <petrel/core/key.hpp>
 
 #include <cereal/archives/binary.hpp>
@@ -21,7 +22,7 @@ static_assert(std::endian::native == std::endian::little,
 /// "PTRL" read as a little-endian 32-bit number.
 inline constexpr std::uint32_t magic = 0x4C525450;
 /// Bumped on every incompatible change of the header or frame layout.
-inline constexpr std::uint16_t protocol_version = 1;
+inline constexpr std::uint16_t protocol_version = 2;
 /// The most clock entries one header may carry (bounds what a decoder allocates).
 inline constexpr std::uint32_t max_clock_entries = 4096;
 /// The largest body of a control message (membership, barriers, heartbeats).
@@ -35,15 +36,34 @@ enum class message_kind : std::uint8_t {
     pull_reply = 4,    ///< server → worker: values in the order of the pull's keys
     control = 5,       ///< node ↔ manager: membership, barriers, heartbeats (body in values)
     control_reply = 6, ///< the answer to a `control` request
+    clock = 7,         ///< worker → server: completed clocks on a key range, or leaving the clock
+    clock_reply = 8,   ///< server → worker: the clock was recorded
+    call = 9,          ///< worker → server: run a registered function on a key range (body)
+    call_reply = 10,   ///< server → worker: the function's result (body), or why it failed
 };
 
 [[nodiscard]] constexpr bool is_known(message_kind k) noexcept {
-    return k >= message_kind::push && k <= message_kind::control_reply;
+    return k >= message_kind::push && k <= message_kind::call_reply;
 }
 [[nodiscard]] constexpr bool is_reply(message_kind k) noexcept {
     return k == message_kind::push_reply || k == message_kind::pull_reply ||
-           k == message_kind::control_reply;
+           k == message_kind::control_reply || k == message_kind::clock_reply ||
+           k == message_kind::call_reply;
 }
+
+/// Bits of `message_header::flags`.
+enum message_flag : std::uint8_t {
+    /// push: hold it back until every live worker has completed its clock, then apply
+    /// the pushes of that clock in worker order (`sequential`).
+    flag_ordered = 1,
+    /// clock: the worker leaves the clock (it no longer holds anybody back).
+    flag_finish = 2,
+    /// clock with `flag_finish`: on every table of the server, not only `table_id`.
+    flag_all_tables = 4,
+};
+
+/// `message_header::worker` of a request that is not part of any worker's clock.
+inline constexpr std::uint32_t no_worker = 0xFFFFFFFF;
 
 /// The scalar types of keys and values on the wire.
 enum class scalar_type : std::uint8_t { none = 0, u32 = 1, u64 = 2, f32 = 3, f64 = 4 };
@@ -81,20 +101,8 @@ concept wire_value = std::same_as<T, float> || std::same_as<T, double>;
 template <typename T>
 concept wire_key = key<T> &&(std::same_as<T, std::uint32_t> || std::same_as<T, std::uint64_t>);
 
-/// One worker's clock on one key range.
-struct clock_entry {
-    std::uint64_t begin = 0;
-    std::uint64_t end = 0;
-    std::uint32_t worker = 0;
-    std::uint64_t clock = 0;
-
-    friend bool operator==(const clock_entry&, const clock_entry&) = default;
-
-    template <class Archive>
-    void serialize(Archive& ar) {
-        ar(begin, end, worker, clock);
-    }
-};
+/// One worker's clock on one key range (see `petrel::clock_entry`).
+using clock_entry = petrel::clock_entry;
 
 /// Index of each payload segment in `message_header::segment_bytes`.
 enum segment : std::size_t { keys_segment = 0, values_segment = 1, lengths_segment = 2 };
@@ -123,6 +131,13 @@ struct message_header {
     std::uint64_t range_begin = 0;
     std::uint64_t range_end = 0;
     std::uint64_t key_count = 0;
+    /// The sender's worker index in the clocks of the table (`no_worker` for none).
+    std::uint32_t worker = no_worker;
+    /// push: the worker's clock when it pushed; pull and call: the clocks every live
+    /// worker must have completed on the range before the server answers; clock: the
+    /// clocks the worker has now completed.
+    std::uint64_t clock = 0;
+    /// On replies: the clocks of the range (every live worker's, per key range).
     std::vector<clock_entry> clocks;
     std::array<std::uint64_t, segment_count> segment_bytes{};
 
@@ -131,7 +146,7 @@ struct message_header {
     template <class Archive>
     void save(Archive& ar) const {
         ar(magic, version, kind, flags, sender, receiver, request_id, table_id, key_type,
-           value_type, width, status, range_begin, range_end, key_count);
+           value_type, width, status, range_begin, range_end, key_count, worker, clock);
         const auto n = static_cast<std::uint32_t>(clocks.size());
         ar(n);
         for (const auto& c : clocks) {
@@ -155,7 +170,7 @@ struct message_header {
             return;
         }
         ar(kind, flags, sender, receiver, request_id, table_id, key_type, value_type, width, status,
-           range_begin, range_end, key_count);
+           range_begin, range_end, key_count, worker, clock);
         std::uint32_t n = 0;
         ar(n);
         if (n > max_clock_entries) {
