@@ -1,0 +1,35 @@
+// Petrel: a worker's clock on one table, as its stores keep it.
+#pragma once
+
+#include <petrel/consistency/policy.hpp>
+#include <petrel/consistency/task.hpp>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace petrel::detail {
+
+/// A worker's clock on one table, shared by the worker's stores of that table so that a
+/// store made again (for example once per epoch) continues where the last one stopped.
+///
+/// The consistency gate on the worker is written with task dependencies:
+/// - tick n (telling the servers that n clocks are complete) starts after every push of
+///   clock n − 1 has completed and after tick n − 1, so servers never learn of a clock
+///   before its pushes;
+/// - a read at clock t under a waiting policy starts after the worker's own tick
+///   `required_clock(t)`, so a read never waits on the servers for its own worker, and a
+///   failed tick fails the reads that depend on it instead of leaving them waiting.
+struct worker_clock {
+    std::mutex mutex;
+    /// The worker's current clock: the number of completed iterations.
+    clock_type current = 0;
+    /// Settles when each push of the current clock has completed (successfully or not).
+    std::vector<task<void>> pushes;
+    /// Tick n for the clocks reads may still depend on.
+    std::map<clock_type, task<void>> ticks;
+    /// The newest tick, which the next one follows.
+    task<void> last_tick;
+};
+
+} // namespace petrel::detail
