@@ -346,7 +346,7 @@ TEMPLATE_TEST_CASE("server_node: a reply sent to a server closes that connection
 
     REQUIRE(closed.wait_for(timeout) == std::future_status::ready);
     CHECK(closed.get() == errc::connection_closed);
-    CHECK_THAT(f.log.all(), Catch::Contains("takes only pushes and pulls"));
+    CHECK_THAT(f.log.all(), Catch::Contains("takes only pushes, pulls, clocks and calls"));
     {
         std::lock_guard lock(f.client.mutex);
         CHECK(f.client.unexpected.empty());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/clock_entry.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/key.hpp>
 
@@ -10,7 +11,9 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <system_error>
 #include <vector>
@@ -104,6 +107,25 @@ public:
         return (it != ks.end() && *it == k) ? static_cast<std::size_t>(it - ks.begin()) : ks.size();
     }
 
+    /// How fresh the values are: the clocks the servers reported for the pulled keys
+    /// (per worker and key range, from every server involved; empty when unknown).
+    [[nodiscard]] std::span<const clock_entry> clocks() const noexcept { return clocks_; }
+
+    /// The clocks every live worker had completed on all the pulled keys when the
+    /// servers answered: the values include every push those workers made at lower
+    /// clocks (under `sequential` and `bounded_delay`). `departed_clock` when no clocks
+    /// were reported or no worker is live.
+    [[nodiscard]] std::uint64_t min_clock() const noexcept {
+        std::uint64_t m = departed_clock;
+        for (const auto& c : clocks_) {
+            m = std::min(m, c.clock);
+        }
+        return m;
+    }
+
+    /// Attaches the clocks a pull's replies carried.
+    void set_clocks(std::vector<clock_entry> clocks) noexcept { clocks_ = std::move(clocks); }
+
     /// The underlying buffers, for sending them on without a copy.
     [[nodiscard]] const shared_bytes& key_bytes() const noexcept { return keys_; }
     [[nodiscard]] const shared_bytes& value_bytes() const noexcept { return values_; }
@@ -113,6 +135,7 @@ private:
     shared_bytes values_;
     std::size_t width_ = 1;
     bool rows_ = false;
+    std::vector<clock_entry> clocks_;
 };
 
 } // namespace petrel

@@ -1,10 +1,13 @@
 // Petrel: a server node.
 #pragma once
 
+#include <petrel/consistency/clock_gate.hpp>
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/clock_entry.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/server/detail/sparse_table.hpp>
+#include <petrel/server/remote_function.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/transport.hpp>
 #include <petrel/wire/header.hpp>
@@ -18,15 +21,30 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace petrel {
 
 struct server_options {
     /// This node's id, written as the sender of its replies.
     std::uint32_t node_id = 0;
+    /// The workers whose clocks the tables keep: worker indices 0 .. workers - 1 (a job's
+    /// workers by rank). Requests naming another worker are refused.
+    std::uint32_t workers = 1;
+    /// Bytes of pushes a table may hold back for their clock (`sequential`) before it
+    /// refuses more with `errc::backlog_full`.
+    std::uint64_t max_held_bytes = std::uint64_t{1} << 30;
+    /// Pulls and calls a table may keep waiting for slower workers before it refuses more
+    /// with `errc::backlog_full`.
+    std::size_t max_parked = std::size_t{1} << 16;
+    /// Tables (table ids) a server holds at most.
+    std::size_t max_tables = 4096;
+    /// The remote functions workers may call (see `kv_store::call`); none when null.
+    std::shared_ptr<const function_registry> functions{};
 };
 
-/// A server: holds tables of values by key and answers pushes and pulls.
+/// A server: holds tables of values by key and answers pushes, pulls and calls.
 ///
 /// A push adds its rows to the table (keys seen for the first time are inserted);
 /// a pull returns the rows of its keys, zeros for keys never pushed. A table is
@@ -35,10 +53,16 @@ struct server_options {
 /// request is checked completely before anything is applied: a rejected push changes
 /// nothing.
 ///
+/// Each table has a `clock_gate`: workers report their completed clocks, a pull (or
+/// call) waits until every live worker has completed the clocks it requires on its key
+/// range, and a push marked ordered (`sequential`) is acknowledged at once but applied
+/// only when its clock is complete, in worker order. Every reply carries the clocks of
+/// its key range.
+///
 /// @par Example
 /// @code
 /// asio::io_context io;
-/// petrel::server_node server(petrel::tcp_transport(io.get_executor()));
+/// petrel::server_node server(petrel::tcp_transport(io.get_executor()), {.workers = 4});
 /// std::string address = server.listen("127.0.0.1:0");
 /// io.run();
 /// @endcode
@@ -50,10 +74,11 @@ class server_node {
 public:
     explicit server_node(any_transport transport, server_options opts = {})
         : transport_(std::move(transport)), state_(std::make_shared<state>()) {
-        state_->opts = opts;
+        state_->opts = std::move(opts);
         state_->pool = transport_.pool();
         state_->log = transport_.options().log;
         state_->limits = transport_.options().limits;
+        state_->departed_all.assign(state_->opts.workers, false);
     }
 
     server_node(const server_node&) = delete;
@@ -72,29 +97,73 @@ public:
                 s->handle(c, std::move(m));
             }
         };
+        h.on_close = [weak](const connection_ptr& c, std::error_code) {
+            if (auto s = weak.lock()) {
+                s->forget(c);
+            }
+        };
         return transport_.listen(address, std::move(h));
     }
 
     /// Stops listening and closes all connections; idempotent.
     void close() { transport_.close(); }
 
+    /// Worker `worker` takes no further part in any table's clock (it left the job or
+    /// failed): nobody waits for it any more. Unknown workers are ignored.
+    void depart_worker(std::uint32_t worker) {
+        outbox out;
+        {
+            std::lock_guard lock(state_->mutex);
+            state_->depart(worker, nullptr, out);
+        }
+        state::send(out);
+    }
+
     /// Keys stored in a table (0 for a table that does not exist).
     [[nodiscard]] std::size_t key_count(std::uint32_t table_id) const {
         std::lock_guard lock(state_->mutex);
         auto it = state_->tables.find(table_id);
-        return it == state_->tables.end() ? 0 : it->second->size();
+        return it == state_->tables.end() || !it->second.table ? 0 : it->second.table->size();
+    }
+
+    /// The clocks of a table over the whole key space (empty for a table never named).
+    [[nodiscard]] std::vector<clock_entry> clocks(std::uint32_t table_id) const {
+        std::lock_guard lock(state_->mutex);
+        auto it = state_->tables.find(table_id);
+        if (it == state_->tables.end()) {
+            return {};
+        }
+        return it->second.gate.entries(clock_gate<int>::all(), wire::max_clock_entries);
     }
 
     [[nodiscard]] asio::any_io_executor get_executor() const { return transport_.get_executor(); }
 
 private:
+    /// A request waiting in a table's gate, with the connection to answer on.
+    struct waiting {
+        connection_ptr conn;
+        wire::message request;
+    };
+
+    /// One table: its storage (created by the first push) and its clocks.
+    struct table_slot {
+        explicit table_slot(std::size_t workers) : gate(workers) {}
+        std::unique_ptr<detail::table_base> table;
+        clock_gate<waiting> gate;
+        std::uint64_t held_bytes = 0;
+    };
+
+    /// Replies to send once the lock is released.
+    using outbox = std::vector<std::pair<connection_ptr, wire::message>>;
+
     struct state {
         server_options opts;
         std::shared_ptr<buffer_pool> pool;
         wire::wire_limits limits;
         logger log;
         mutable std::mutex mutex;
-        std::map<std::uint32_t, std::unique_ptr<detail::table_base>> tables;
+        std::map<std::uint32_t, table_slot> tables;
+        std::vector<bool> departed_all; // workers gone from every table, also future ones
 
         /// A reply's status: Petrel's own error codes travel as they are, any other as
         /// errc::remote_error.
@@ -107,64 +176,257 @@ private:
                                                   : static_cast<int>(errc::remote_error));
         }
 
-        void handle(const connection_ptr& c, wire::message&& m) {
-            const auto& h = m.header;
-            switch (h.kind) {
-            case wire::message_kind::push: {
-                auto reply = wire::make_reply(h, wire::message_kind::push_reply);
-                reply.header.sender = opts.node_id;
-                reply.header.key_count = 0;
-                reply.header.status = status_of(push(m));
-                c->send(std::move(reply));
-                return;
+        static void send(outbox& out) {
+            for (auto& [c, m] : out) {
+                c->send(std::move(m));
             }
-            case wire::message_kind::pull: {
-                auto reply = wire::make_reply(h, wire::message_kind::pull_reply);
-                reply.header.sender = opts.node_id;
-                if (auto ec = pull(m, reply)) {
-                    reply.header.status = status_of(ec);
-                    reply.header.key_count = 0;
-                }
-                c->send(std::move(reply));
-                return;
-            }
-            case wire::message_kind::push_reply:
-            case wire::message_kind::pull_reply:
-            case wire::message_kind::control:
-            case wire::message_kind::control_reply:
-                break;
-            }
-            if (log) {
-                log(log_level::warning, "closing connection with " + c->remote_address() +
-                                            ": a server takes only pushes and pulls");
-            }
-            c->close();
         }
 
-        std::error_code push(const wire::message& m) {
-            std::lock_guard lock(mutex);
-            if (!m.lengths().empty()) {
-                return errc::invalid_argument; // variable-length rows: not supported by tables
+        static clock_gate<waiting>::range_type range_of(const wire::message_header& h) {
+            return {h.range_begin, h.range_end};
+        }
+
+        static std::uint64_t bytes_of(const wire::message& m) {
+            return m.keys().size() + m.values().size();
+        }
+
+        void handle(const connection_ptr& c, wire::message&& m) {
+            outbox out;
+            bool refused = false;
+            {
+                std::lock_guard lock(mutex);
+                switch (m.header.kind) {
+                case wire::message_kind::push:
+                    on_push(c, std::move(m), out);
+                    break;
+                case wire::message_kind::pull:
+                case wire::message_kind::call:
+                    on_read(c, std::move(m), out);
+                    break;
+                case wire::message_kind::clock:
+                    on_clock(c, m, out);
+                    break;
+                case wire::message_kind::push_reply:
+                case wire::message_kind::pull_reply:
+                case wire::message_kind::control:
+                case wire::message_kind::control_reply:
+                case wire::message_kind::clock_reply:
+                case wire::message_kind::call_reply:
+                    refused = true;
+                    break;
+                }
             }
-            auto it = tables.find(m.header.table_id);
-            const bool created = it == tables.end();
+            send(out);
+            if (refused) {
+                if (log) {
+                    log(log_level::warning,
+                        "closing connection with " + c->remote_address() +
+                            ": a server takes only pushes, pulls, clocks and calls");
+                }
+                c->close();
+            }
+        }
+
+        /// A connection closed: the reads it parked need no answer. Its held pushes were
+        /// acknowledged and stay.
+        void forget(const connection_ptr& c) {
+            std::lock_guard lock(mutex);
+            for (auto& [id, slot] : tables) {
+                slot.gate.remove_if([&](const waiting& w) {
+                    return w.conn == c && w.request.header.kind != wire::message_kind::push;
+                });
+            }
+        }
+
+        wire::message reply_to(const wire::message_header& h, wire::message_kind kind) const {
+            auto reply = wire::make_reply(h, kind);
+            reply.header.sender = opts.node_id;
+            reply.header.key_count = 0;
+            reply.header.worker = h.worker;
+            reply.header.clock = h.clock;
+            return reply;
+        }
+
+        wire::message refusal(const wire::message_header& h, wire::message_kind kind,
+                              std::error_code ec) const {
+            auto reply = reply_to(h, kind);
+            reply.header.status = status_of(ec);
+            return reply;
+        }
+
+        std::error_code check_worker(const wire::message_header& h, bool required) const {
+            if (h.worker == wire::no_worker) {
+                return required ? errc::unknown_worker : std::error_code{};
+            }
+            return h.worker < opts.workers ? std::error_code{} : errc::unknown_worker;
+        }
+
+        /// The table's slot, created (with its clocks) on first mention.
+        table_slot* slot(std::uint32_t id, std::error_code& ec) {
+            if (auto it = tables.find(id); it != tables.end()) {
+                return &it->second;
+            }
+            if (tables.size() >= opts.max_tables) {
+                ec = errc::too_many_tables;
+                return nullptr;
+            }
+            auto& s = tables.try_emplace(id, opts.workers).first->second;
+            for (std::uint32_t w = 0; w < departed_all.size(); ++w) {
+                if (departed_all[w]) {
+                    s.gate.depart(w);
+                }
+            }
+            return &s;
+        }
+
+        void on_push(const connection_ptr& c, wire::message&& m, outbox& out) {
+            const auto h = m.header;
+            const bool ordered = (h.flags & wire::flag_ordered) != 0;
+            std::error_code ec = check_worker(h, ordered);
+            if (!ec && !m.lengths().empty()) {
+                ec = errc::invalid_argument; // variable-length rows: not supported by tables
+            }
+            table_slot* s = ec ? nullptr : slot(h.table_id, ec);
+            if (!ec && ordered && s->held_bytes + bytes_of(m) > opts.max_held_bytes) {
+                ec = errc::backlog_full;
+            }
+            if (!ec) {
+                ec = accept(*s, m);
+            }
+            if (ec) {
+                out.emplace_back(c, refusal(h, wire::message_kind::push_reply, ec));
+                return;
+            }
+            if (ordered) {
+                s->held_bytes += bytes_of(m);
+                s->gate.hold(h.worker, h.clock, range_of(h), waiting{c, std::move(m)});
+                release(*s, out); // already complete when the others have moved on
+            } else {
+                s->table->apply(m);
+            }
+            auto reply = reply_to(h, wire::message_kind::push_reply);
+            reply.header.clocks = s->gate.entries(range_of(h), wire::max_clock_entries);
+            out.emplace_back(c, std::move(reply));
+        }
+
+        /// Creates the table if needed, checks the push against it and creates its new
+        /// rows, so that applying it later cannot fail. All or nothing.
+        std::error_code accept(table_slot& s, const wire::message& m) {
+            const bool created = !s.table;
             if (created) {
-                it = tables.emplace(m.header.table_id, detail::make_table(m.header)).first;
-            } else if (auto ec = it->second->check(m.header)) {
+                s.table = detail::make_table(m.header);
+            } else if (auto ec = s.table->check(m.header)) {
                 return ec;
             }
             try {
-                it->second->add(m); // all or nothing
+                s.table->reserve(m);
             } catch (const std::bad_alloc&) {
                 if (created) {
-                    tables.erase(it);
+                    s.table.reset();
                 }
                 return errc::out_of_memory;
             }
             return {};
         }
 
-        std::error_code pull(const wire::message& m, wire::message& reply) {
+        void on_read(const connection_ptr& c, wire::message&& m, outbox& out) {
+            const auto& h = m.header;
+            const auto reply_kind = h.kind == wire::message_kind::pull
+                                        ? wire::message_kind::pull_reply
+                                        : wire::message_kind::call_reply;
+            std::error_code ec = check_worker(h, false);
+            table_slot* s = ec ? nullptr : slot(h.table_id, ec);
+            if (!ec && !s->gate.readable(range_of(h), h.clock) &&
+                s->gate.parked() >= opts.max_parked) {
+                ec = errc::backlog_full;
+            }
+            if (ec) {
+                out.emplace_back(c, refusal(h, reply_kind, ec));
+                return;
+            }
+            if (s->gate.readable(range_of(h), h.clock)) {
+                out.emplace_back(c, answer(*s, m));
+            } else {
+                const auto r = range_of(h);
+                const auto required = h.clock;
+                s->gate.park(r, required, waiting{c, std::move(m)});
+            }
+        }
+
+        void on_clock(const connection_ptr& c, const wire::message& m, outbox& out) {
+            const auto& h = m.header;
+            std::error_code ec = check_worker(h, true);
+            const bool finish = (h.flags & wire::flag_finish) != 0;
+            if (!ec && finish && (h.flags & wire::flag_all_tables) != 0) {
+                depart(h.worker, nullptr, out);
+            } else if (!ec) {
+                if (table_slot* s = slot(h.table_id, ec)) {
+                    if (finish) {
+                        depart(h.worker, s, out);
+                    } else {
+                        s->gate.tick(h.worker, range_of(h), h.clock);
+                        release(*s, out);
+                    }
+                }
+            }
+            if (ec) {
+                out.emplace_back(c, refusal(h, wire::message_kind::clock_reply, ec));
+                return;
+            }
+            auto reply = reply_to(h, wire::message_kind::clock_reply);
+            if (auto it = tables.find(h.table_id); it != tables.end()) {
+                reply.header.clocks = it->second.gate.entries(range_of(h), wire::max_clock_entries);
+            }
+            out.emplace_back(c, std::move(reply));
+        }
+
+        /// `worker` leaves the clock of table `only` (of every table, now and later, when
+        /// null).
+        void depart(std::uint32_t worker, table_slot* only, outbox& out) {
+            if (worker >= opts.workers) {
+                return;
+            }
+            if (only) {
+                only->gate.depart(worker);
+                release(*only, out);
+                return;
+            }
+            departed_all[worker] = true;
+            for (auto& [id, s] : tables) {
+                s.gate.depart(worker);
+                release(s, out);
+            }
+        }
+
+        /// Applies the pushes whose clock is complete, then answers the reads that may
+        /// now be answered.
+        void release(table_slot& s, outbox& out) {
+            auto r = s.gate.release();
+            for (auto& w : r.pushes) {
+                s.table->apply(w.request);
+                s.held_bytes -= bytes_of(w.request);
+            }
+            for (auto& w : r.reads) {
+                out.emplace_back(w.conn, answer(s, w.request));
+            }
+        }
+
+        /// The reply to a pull or call whose clocks are satisfied.
+        wire::message answer(table_slot& s, const wire::message& m) {
+            const auto& h = m.header;
+            if (h.kind == wire::message_kind::call) {
+                return call(s, m);
+            }
+            auto reply = reply_to(h, wire::message_kind::pull_reply);
+            if (auto ec = pull(s, m, reply)) {
+                return refusal(h, wire::message_kind::pull_reply, ec);
+            }
+            reply.header.key_count = h.key_count;
+            reply.header.clocks = s.gate.entries(range_of(h), wire::max_clock_entries);
+            return reply;
+        }
+
+        std::error_code pull(table_slot& s, const wire::message& m, wire::message& reply) {
             const auto& h = m.header;
             // The header passed wire validation, so this product does not overflow.
             const std::uint64_t bytes = h.key_count * h.width * wire::size_of(h.value_type);
@@ -172,24 +434,47 @@ private:
                 return errc::frame_too_large; // the reply would exceed what peers accept
             }
             // The table's types and width are checked before the reply is allocated.
-            pooled_buffer out;
-            {
-                std::lock_guard lock(mutex);
-                auto it = tables.find(h.table_id);
-                if (it != tables.end()) {
-                    if (auto ec = it->second->check(h)) {
-                        return ec;
-                    }
+            if (s.table) {
+                if (auto ec = s.table->check(h)) {
+                    return ec;
                 }
-                out = pool->acquire(bytes);
-                if (it == tables.end()) {
-                    std::memset(out.data(), 0, bytes);
-                } else {
-                    it->second->read(m, out.data());
-                }
+            }
+            pooled_buffer out = pool->acquire(bytes);
+            if (!s.table) {
+                std::memset(out.data(), 0, bytes);
+            } else {
+                s.table->read(m, out.data());
             }
             reply.set_segment(wire::values_segment, out.share(0, bytes));
             return {};
+        }
+
+        wire::message call(table_slot& s, const wire::message& m) {
+            const auto& h = m.header;
+            auto reply = reply_to(h, wire::message_kind::call_reply);
+            std::vector<std::byte> result;
+            std::string message;
+            std::error_code ec = errc::unknown_function;
+            if (opts.functions) {
+                try {
+                    ec =
+                        opts.functions->invoke(m.values().span(), s.table.get(), h.key_type,
+                                               h.value_type, h.width, range_of(h), result, message);
+                } catch (const std::bad_alloc&) {
+                    ec = errc::out_of_memory;
+                }
+            }
+            if (ec) {
+                reply.header.status = status_of(ec);
+                if (!message.empty()) {
+                    reply.set_segment(wire::values_segment,
+                                      shared_bytes::copy_of(std::as_bytes(std::span(message))));
+                }
+                return reply;
+            }
+            reply.set_segment(wire::values_segment, shared_bytes::copy_of(result));
+            reply.header.clocks = s.gate.entries(range_of(h), wire::max_clock_entries);
+            return reply;
         }
     };
 

@@ -3,6 +3,7 @@
 
 #include <petrel/core/buffer_pool.hpp>
 #include <petrel/core/error.hpp>
+#include <petrel/core/key_range.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
@@ -13,6 +14,7 @@
 #include <span>
 #include <system_error>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace petrel::detail {
@@ -38,8 +40,17 @@ public:
         return {};
     }
 
-    /// Adds the pushed rows (the message passed `check` and wire validation).
-    virtual void add(const wire::message& m) = 0;
+    /// Adds the pushed rows (the message passed `check` and wire validation): all or
+    /// nothing, as `reserve` then `apply`.
+    void add(const wire::message& m) {
+        reserve(m);
+        apply(m);
+    }
+    /// Creates zero rows for the pushed keys not stored yet, so that `apply` needs no
+    /// memory. All or nothing: on failure (`std::bad_alloc`) the table is as it was.
+    virtual void reserve(const wire::message& m) = 0;
+    /// Adds the pushed rows, whose keys `reserve` has created; cannot fail.
+    virtual void apply(const wire::message& m) noexcept = 0;
     /// Writes the rows of the pulled keys into `out` (zeros for keys never pushed).
     virtual void read(const wire::message& m, std::byte* out) const = 0;
     [[nodiscard]] virtual std::size_t size() const noexcept = 0;
@@ -58,16 +69,19 @@ public:
         : table_base(wire::scalar_type_of<Key>, wire::scalar_type_of<Value>, width), width_(width) {
     }
 
-    /// All or nothing: the rows of new keys are created first (the only step that
-    /// allocates); if that fails, they are removed again and the exception propagates
-    /// with the table as it was. Then the values are added, which cannot fail. A push
-    /// of keys that all exist allocates nothing.
-    void add(const wire::message& m) override {
+    /// The rows of new keys are created (the only step that allocates); if that fails,
+    /// they are removed again and the exception propagates with the table as it was. A
+    /// push of keys that all exist allocates nothing.
+    void reserve(const wire::message& m) override {
         const auto keys = m.keys().as<Key>();
-        const auto values = m.values().as<Value>();
         if (const std::size_t fresh = count_new(keys); fresh > 0) {
             insert_rows(keys, fresh);
         }
+    }
+
+    void apply(const wire::message& m) noexcept override {
+        const auto keys = m.keys().as<Key>();
+        const auto values = m.values().as<Value>();
         for (std::size_t i = 0; i < keys.size(); ++i) {
             const Value* src = values.data() + i * width_;
             Value* dst = data_.data() + index_.find(keys[i])->second;
@@ -91,6 +105,31 @@ public:
     }
 
     [[nodiscard]] std::size_t size() const noexcept override { return index_.size(); }
+
+    /// Calls `f(key, row)` for each stored key in `r`, in increasing key order; `row` is a
+    /// `std::span<const Value>` of `width` values. Takes O(size() + m log m) time and O(m)
+    /// memory for the m keys in `r`. `f` must not add rows to the table.
+    template <typename F>
+    void for_each_in(key_range<Key> r, F&& f) const {
+        std::vector<std::pair<Key, std::size_t>> found;
+        for (const auto& [k, at] : index_) {
+            if (r.contains(k)) {
+                found.emplace_back(k, at);
+            }
+        }
+        std::sort(found.begin(), found.end());
+        for (const auto& [k, at] : found) {
+            f(k, std::span<const Value>(data_.data() + at, width_));
+        }
+    }
+
+    /// As above, with rows `f` may modify (`std::span<Value>`).
+    template <typename F>
+    void for_each_in(key_range<Key> r, F&& f) {
+        std::as_const(*this).for_each_in(r, [&f](Key k, std::span<const Value> row) {
+            f(k, std::span<Value>(const_cast<Value*>(row.data()), row.size()));
+        });
+    }
 
 private:
     [[nodiscard]] std::size_t count_new(std::span<const Key> keys) const {

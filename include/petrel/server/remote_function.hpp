@@ -1,0 +1,653 @@
+// Petrel: user-defined functions that run on the servers over a key range of a table.
+#pragma once
+
+#include <petrel/core/error.hpp>
+#include <petrel/core/key.hpp>
+#include <petrel/core/key_range.hpp>
+#include <petrel/server/detail/sparse_table.hpp>
+#include <petrel/wire/detail/streambuf.hpp>
+#include <petrel/wire/header.hpp>
+
+#include <cereal/archives/binary.hpp>
+#include <cereal/cereal.hpp>
+#include <cereal/types/array.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/tuple.hpp>
+#include <cereal/types/utility.hpp>
+#include <cereal/types/vector.hpp>
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <new>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <stdexcept>
+#include <streambuf>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace petrel {
+
+/// The longest name of a remote function, in bytes.
+inline constexpr std::size_t max_function_name = 256;
+
+/// The arguments of a remote function that takes none.
+struct no_args {
+    template <class Archive>
+    void serialize(Archive&) {}
+};
+
+/// The rows one server stores within a key range of a table: what a remote function sees.
+///
+/// `for_each` visits the stored keys of the range in increasing key order; rows of keys
+/// never pushed are not visited (they read as zeros). The rows may be modified (a proximal
+/// step, a projection): changes are made in the server's table. A server that has no such
+/// table yet shows no rows. Made by the server for one call, over the table it holds; it
+/// is valid during that call only.
+///
+/// @par Example
+/// @code
+/// // The squared L2 norm of the rows a server stores in the range.
+/// auto sum_of_squares = [](auto& rows, const petrel::no_args&) -> double {
+///     double s = 0;
+///     rows.for_each([&](auto /*key*/, auto row) {
+///         for (auto v : row) {
+///             s += double(v) * double(v);
+///         }
+///     });
+///     return s;
+/// };
+/// @endcode
+///
+/// @par Thread Safety
+/// Not shared: one call of one function uses it, while the server holds its table.
+template <typename Key, typename Value>
+class table_rows {
+    static_assert(wire::wire_key<Key>, "petrel::table_rows: Key must be std::uint32_t or "
+                                       "std::uint64_t");
+    static_assert(wire::wire_value<Value>, "petrel::table_rows: Value must be float or double");
+
+public:
+    using key_type = Key;
+    using value_type = Value;
+
+    /// The rows of `table` (none when null) within `range`, each of `width` values (the
+    /// table's width when there is a table). Lists the keys in range: O(size() + m log m).
+    /// @throws std::bad_alloc
+    table_rows(detail::sparse_table<Key, Value>* table, key_range<Key> range, std::size_t width)
+        : range_(range), width_(width) {
+        if (table != nullptr) {
+            table->for_each_in(range, [this](Key k, std::span<Value> row) {
+                rows_.emplace_back(k, row.data());
+                width_ = row.size();
+            });
+        }
+    }
+
+    /// The key range the function was called on (as far as keys of type `Key` reach).
+    [[nodiscard]] key_range<Key> range() const noexcept { return range_; }
+    /// Values per row.
+    [[nodiscard]] std::size_t width() const noexcept { return width_; }
+    /// The number of keys the server stores within the range.
+    [[nodiscard]] std::size_t size() const noexcept { return rows_.size(); }
+    [[nodiscard]] bool empty() const noexcept { return rows_.empty(); }
+
+    /// Calls `f(key, row)` with `row` a `std::span<Value>` of `width()` values, for each
+    /// stored key in the range, in increasing key order.
+    template <typename F>
+    void for_each(F&& f) {
+        for (const auto& [k, row] : rows_) {
+            f(k, std::span<Value>(row, width_));
+        }
+    }
+
+    /// As above, with `row` a `std::span<const Value>`.
+    template <typename F>
+    void for_each(F&& f) const {
+        for (const auto& [k, row] : rows_) {
+            f(k, std::span<const Value>(row, width_));
+        }
+    }
+
+private:
+    key_range<Key> range_;
+    std::size_t width_;
+    std::vector<std::pair<Key, Value*>> rows_;
+};
+
+namespace detail {
+
+/// The key and value types a table may have, which every function is instantiated for.
+template <typename F>
+constexpr void for_each_table_type(F&& f) {
+    f.template operator()<std::uint32_t, float>();
+    f.template operator()<std::uint32_t, double>();
+    f.template operator()<std::uint64_t, float>();
+    f.template operator()<std::uint64_t, double>();
+}
+
+/// Reads what `cereal::BinaryOutputArchive` wrote, straight from a span of bytes.
+///
+/// Unlike `cereal::BinaryInputArchive`, it refuses a size (of a vector, a string, a map)
+/// larger than the bytes left, so corrupt or hostile input cannot make it allocate more
+/// than a small multiple of its size. Types must serialize through templates on the
+/// archive (`serialize`, or `save` and `load`), as Cereal's own types do.
+class span_input_archive
+    : public cereal::InputArchive<span_input_archive, cereal::AllowEmptyClassElision> {
+public:
+    explicit span_input_archive(std::span<const std::byte> bytes)
+        : cereal::InputArchive<span_input_archive, cereal::AllowEmptyClassElision>(this),
+          bytes_(bytes) {}
+
+    /// Copies the next `size` bytes to `data`. @throws cereal::Exception past the end
+    void load_binary(void* data, std::size_t size) {
+        if (size > remaining()) {
+            throw cereal::Exception("needs " + std::to_string(size) + " bytes, " +
+                                    std::to_string(remaining()) + " left");
+        }
+        if (size > 0) {
+            std::memcpy(data, bytes_.data() + at_, size);
+        }
+        at_ += size;
+    }
+
+    /// Bytes not read yet.
+    [[nodiscard]] std::size_t remaining() const noexcept { return bytes_.size() - at_; }
+
+private:
+    std::span<const std::byte> bytes_;
+    std::size_t at_ = 0;
+};
+
+template <class T>
+requires std::is_arithmetic_v<T>
+void CEREAL_LOAD_FUNCTION_NAME(span_input_archive& ar, T& t) {
+    ar.load_binary(std::addressof(t), sizeof(t));
+}
+
+template <class T>
+void CEREAL_SERIALIZE_FUNCTION_NAME(span_input_archive& ar, cereal::NameValuePair<T>& t) {
+    ar(t.value);
+}
+
+template <class T>
+void CEREAL_LOAD_FUNCTION_NAME(span_input_archive& ar, cereal::SizeTag<T>& t) {
+    ar(t.size);
+    if (t.size > ar.remaining()) {
+        throw cereal::Exception("a size of " + std::to_string(t.size) + " with only " +
+                                std::to_string(ar.remaining()) + " bytes left");
+    }
+}
+
+template <class T>
+void CEREAL_LOAD_FUNCTION_NAME(span_input_archive& ar, cereal::BinaryData<T>& bd) {
+    ar.load_binary(bd.data, static_cast<std::size_t>(bd.size));
+}
+
+} // namespace detail
+} // namespace petrel
+
+// What `span_input_archive` reads is what `BinaryOutputArchive` writes (Cereal checks
+// `load_minimal` against `save_minimal` through this).
+namespace cereal::traits::detail {
+template <>
+struct get_output_from_input<petrel::detail::span_input_archive> {
+    using type = cereal::BinaryOutputArchive;
+};
+} // namespace cereal::traits::detail
+
+namespace petrel {
+namespace detail {
+
+/// Whether Cereal can write `T` with its binary archive and read it back.
+template <typename T>
+concept binary_serializable = std::default_initializable<T> &&
+    cereal::traits::is_output_serializable<T, cereal::BinaryOutputArchive>::value &&
+    cereal::traits::is_input_serializable<T, span_input_archive>::value;
+
+/// Appends `value` to `out` as Cereal's binary archive writes it. @throws std::bad_alloc
+template <typename T>
+void append_binary(std::vector<std::byte>& out, const T& value) {
+    wire::detail::vector_sink sink(out);
+    std::ostream os(&sink);
+    cereal::BinaryOutputArchive ar(os);
+    ar(value);
+}
+
+/// Reads `out` from all of `bytes`; `errc::invalid_argument` (and why, in `message`) when
+/// they are truncated, corrupt or longer than what `T` reads.
+template <typename T>
+std::error_code decode_binary(std::span<const std::byte> bytes, T& out, std::string& message) {
+    try {
+        span_input_archive ar(bytes);
+        ar(out);
+        if (ar.remaining() != 0) {
+            message = std::to_string(ar.remaining()) + " bytes left over after decoding";
+            return errc::invalid_argument;
+        }
+    } catch (const std::bad_alloc&) {
+        throw;
+    } catch (const std::exception& e) {
+        message = e.what();
+        return errc::invalid_argument;
+    }
+    return {};
+}
+
+/// The body of a call: a little-endian u32 name length, the name, then the arguments as
+/// written by Cereal's binary archive.
+/// @throws std::invalid_argument if `name` is empty or longer than `max_function_name`
+template <typename Args>
+[[nodiscard]] std::vector<std::byte> encode_call(std::string_view name, const Args& args) {
+    if (name.empty() || name.size() > max_function_name) {
+        throw std::invalid_argument("petrel: a remote function's name must have 1 to " +
+                                    std::to_string(max_function_name) + " bytes");
+    }
+    std::vector<std::byte> out;
+    const auto n = static_cast<std::uint32_t>(name.size());
+    for (int i = 0; i < 4; ++i) {
+        out.push_back(static_cast<std::byte>((n >> (8 * i)) & 0xFF));
+    }
+    const auto* p = reinterpret_cast<const std::byte*>(name.data());
+    out.insert(out.end(), p, p + name.size());
+    append_binary(out, args);
+    return out;
+}
+
+/// A call body split into the function's name and its encoded arguments (views into the
+/// body).
+struct decoded_call {
+    std::string_view name;
+    std::span<const std::byte> args;
+};
+
+/// Splits a call body; `errc::invalid_argument` (and why, in `message`) when it is too
+/// short or its name length is 0, above `max_function_name` or beyond the body. Checks the
+/// length before anything else and allocates nothing but the message.
+inline std::error_code decode_call(std::span<const std::byte> body, decoded_call& out,
+                                   std::string& message) {
+    if (body.size() < 4) {
+        message = "a remote call's body of " + std::to_string(body.size()) +
+                  " bytes is too short for its name length";
+        return errc::invalid_argument;
+    }
+    std::uint32_t n = 0;
+    for (int i = 0; i < 4; ++i) {
+        n |= static_cast<std::uint32_t>(body[static_cast<std::size_t>(i)]) << (8 * i);
+    }
+    if (n == 0 || n > max_function_name || n > body.size() - 4) {
+        message = "a remote call's name length of " + std::to_string(n) +
+                  " is 0, above max_function_name or beyond its body of " +
+                  std::to_string(body.size()) + " bytes";
+        return errc::invalid_argument;
+    }
+    out.name = std::string_view(reinterpret_cast<const char*>(body.data() + 4), n);
+    out.args = body.subspan(4 + n);
+    return {};
+}
+
+/// A function's result, as the server sends it back. @throws std::bad_alloc
+template <typename Result>
+[[nodiscard]] std::vector<std::byte> encode_result(const Result& result) {
+    std::vector<std::byte> out;
+    append_binary(out, result);
+    return out;
+}
+
+/// Reads a function's result from a reply; `errc::invalid_argument` when the bytes are
+/// truncated, corrupt or longer than what `Result` reads. @throws std::bad_alloc
+template <typename Result>
+std::error_code decode_result(std::span<const std::byte> bytes, Result& out) {
+    std::string message;
+    return decode_binary(bytes, out, message);
+}
+
+/// Runs one function on the rows of one key and value type: decodes the arguments, calls
+/// the function, encodes its result into `result`. Null when the function does not take
+/// tables of these types.
+template <typename Key, typename Value>
+using function_invoker =
+    std::function<std::error_code(table_rows<Key, Value>& rows, std::span<const std::byte> args,
+                                  std::vector<std::byte>& result, std::string& message)>;
+
+/// A registered function, for every key and value type it takes.
+struct function_entry {
+    std::tuple<function_invoker<std::uint32_t, float>, function_invoker<std::uint32_t, double>,
+               function_invoker<std::uint64_t, float>, function_invoker<std::uint64_t, double>>
+        invokers;
+
+    template <typename Key, typename Value>
+    [[nodiscard]] const function_invoker<Key, Value>& get() const noexcept {
+        return std::get<function_invoker<Key, Value>>(invokers);
+    }
+
+    /// Whether it takes tables with keys of type `Key` (of some value type).
+    template <typename Key>
+    [[nodiscard]] bool takes_key() const noexcept {
+        return static_cast<bool>(get<Key, float>()) || static_cast<bool>(get<Key, double>());
+    }
+};
+
+[[nodiscard]] inline std::string_view type_name(wire::scalar_type t) noexcept {
+    switch (t) {
+    case wire::scalar_type::u32:
+        return "std::uint32_t";
+    case wire::scalar_type::u64:
+        return "std::uint64_t";
+    case wire::scalar_type::f32:
+        return "float";
+    case wire::scalar_type::f64:
+        return "double";
+    case wire::scalar_type::none:
+        break;
+    }
+    return "no type";
+}
+
+/// The keys of `r` that `Key` can hold (the largest value of `Key` is never a key).
+template <typename Key>
+[[nodiscard]] key_range<Key> narrow_range(key_range<std::uint64_t> r) noexcept {
+    const auto limit = static_cast<std::uint64_t>(key_space_end<Key>);
+    return {static_cast<Key>(std::min(r.begin, limit)), static_cast<Key>(std::min(r.end, limit))};
+}
+
+} // namespace detail
+
+/// A function a worker can run on the servers by its type: `F::name` names it (a
+/// `std::string_view` or string literal), `F::args_type` and `F::result_type` are what it
+/// takes and returns (both serializable by Cereal), and `F{}` is called as
+/// `result_type(table_rows<K, V>&, const args_type&) const`.
+template <typename F>
+concept remote_function = std::default_initializable<F> && requires {
+    typename F::args_type;
+    typename F::result_type;
+    { F::name } -> std::convertible_to<std::string_view>;
+};
+
+/// The remote functions a process can run, by name: user-defined functions that workers
+/// call on the servers owning a key range of a table.
+///
+/// Each server that owns part of the range runs the function on the rows it stores
+/// within the range (`table_rows`) and returns its result; the worker gets one result
+/// per server. Arguments and results travel as Cereal's binary archive writes them, so
+/// they are arithmetic types, standard containers of them (`std::vector`, `std::string`,
+/// `std::array`, `std::pair`, `std::tuple`) or structs with a `serialize` template, and
+/// default-constructible. A function takes a generic `table_rows<K, V>&` and is kept
+/// for each key type K (`std::uint32_t`, `std::uint64_t`) and value type V (`float`,
+/// `double`) it can be called with; a generic lambda needs an explicit return type (or a
+/// constraint), so that its body is not compiled for types it does not take. Calls on a
+/// table of other types fail with `errc::key_type_mismatch` or
+/// `errc::value_type_mismatch`.
+///
+/// Every process of the job (SPMD) registers the same functions under the same names,
+/// before the job starts; a server is given its registry through
+/// `server_options::functions`. A function that throws fails the call with
+/// `errc::handler_failed` and its `what()` as the message; the rows it had modified stay
+/// modified.
+///
+/// @par Example
+/// @code
+/// struct shrink_args {
+///     double lambda = 0;
+///     template <class Archive> void serialize(Archive& ar) { ar(lambda); }
+/// };
+/// auto functions = std::make_shared<petrel::function_registry>();
+/// functions->add<petrel::no_args, double>(
+///     "sum_of_squares", [](const auto& rows, const petrel::no_args&) -> double {
+///         double s = 0;
+///         rows.for_each([&](auto, auto row) {
+///             for (auto v : row) {
+///                 s += double(v) * double(v);
+///             }
+///         });
+///         return s;
+///     });
+/// // A proximal step (soft threshold): modifies the rows, returns how many it zeroed.
+/// functions->add<shrink_args, std::uint64_t>(
+///     "shrink", [](auto& rows, const shrink_args& a) -> std::uint64_t {
+///         std::uint64_t zeroed = 0;
+///         rows.for_each([&](auto, auto row) {
+///             for (auto& v : row) {
+///                 const double x = std::abs(double(v)) - a.lambda;
+///                 v = x > 0 ? std::copysign(x, double(v)) : 0;
+///                 zeroed += x > 0 ? 0 : 1;
+///             }
+///         });
+///         return zeroed;
+///     });
+/// petrel::server_node server(transport, {.functions = functions});
+/// @endcode
+///
+/// @par Thread Safety
+/// Register everything (`add`) before the registry is used; after that it is not
+/// modified, and its const member functions may be called from any thread, concurrently.
+/// A function may be called concurrently on different tables, so it must be safe to call
+/// on several threads at once (it is called as a const object).
+class function_registry {
+public:
+    /// Registers `f` under `name`; `f` is called as `Result(table_rows<K, V>&, const Args&)`
+    /// on a const `F`, for each key type K and value type V it can be called with.
+    /// @throws std::invalid_argument if `name` is empty, longer than `max_function_name`
+    /// or registered already
+    template <typename Args, typename Result, typename F>
+    void add(std::string name, F f) {
+        static_assert(detail::binary_serializable<Args>,
+                      "petrel::function_registry::add: Args must be default-constructible and "
+                      "serializable by Cereal (a serialize template, or a standard type)");
+        static_assert(detail::binary_serializable<Result>,
+                      "petrel::function_registry::add: Result must be default-constructible and "
+                      "serializable by Cereal (a serialize template, or a standard type)");
+        static_assert(takes_some_table<Args, Result, F>(),
+                      "petrel::function_registry::add: f must be callable (as const) as "
+                      "Result(petrel::table_rows<K, V>&, const Args&) for a key type K "
+                      "(std::uint32_t, std::uint64_t) and a value type V (float, double)");
+        check_name(name);
+        check_new(name);
+        auto entry = std::make_shared<detail::function_entry>();
+        auto fn = std::make_shared<const F>(std::move(f));
+        detail::for_each_table_type([&]<typename Key, typename Value>() {
+            if constexpr (std::is_invocable_r_v<Result, const F&, table_rows<Key, Value>&,
+                                                const Args&>) {
+                std::get<detail::function_invoker<Key, Value>>(entry->invokers) =
+                    make_invoker<Args, Result, Key, Value>(fn);
+            }
+        });
+        functions_.emplace(std::move(name), std::move(entry));
+    }
+
+    /// Registers `F{}` under `F::name`, taking `F::args_type` and returning
+    /// `F::result_type`. @throws std::invalid_argument as the other `add`
+    template <remote_function F>
+    void add() {
+        add<typename F::args_type, typename F::result_type>(std::string(std::string_view(F::name)),
+                                                            F{});
+    }
+
+    [[nodiscard]] bool contains(std::string_view name) const {
+        return functions_.find(name) != functions_.end();
+    }
+
+    /// The number of registered functions.
+    [[nodiscard]] std::size_t size() const noexcept { return functions_.size(); }
+
+    /// Runs the call in `body` (see `detail::encode_call`) on the rows of `table` (none
+    /// when null) within `range`, and writes the encoded result to `result`. `key_type`,
+    /// `value_type` and `width` are the request's; a table must have them. The range is
+    /// clamped to the keys the key type can hold. The caller holds the table exclusively.
+    ///
+    /// On failure returns the error and says why in `message` (when there is more to say
+    /// than the error's own message): `errc::invalid_argument` for a body or arguments that
+    /// do not decode, `errc::unknown_function`, `errc::key_type_mismatch`,
+    /// `errc::value_type_mismatch` or `errc::width_mismatch` for a table or function of
+    /// other types, `errc::handler_failed` when the function throws (with its `what()`),
+    /// `errc::out_of_memory` when the server ran out of memory around the call.
+    std::error_code invoke(std::span<const std::byte> body, detail::table_base* table,
+                           wire::scalar_type key_type, wire::scalar_type value_type,
+                           std::uint32_t width, key_range<std::uint64_t> range,
+                           std::vector<std::byte>& result, std::string& message) const {
+        result.clear();
+        message.clear();
+        detail::decoded_call call;
+        if (auto ec = detail::decode_call(body, call, message)) {
+            return ec;
+        }
+        const auto it = functions_.find(call.name);
+        if (it == functions_.end()) {
+            message = "no remote function named '" + std::string(call.name) + "'";
+            return errc::unknown_function;
+        }
+        const call_context c{*it->second, call,  table,  key_type, value_type,
+                             width,       range, result, message};
+        try {
+            switch (key_type) {
+            case wire::scalar_type::u32:
+                return with_key<std::uint32_t>(c);
+            case wire::scalar_type::u64:
+                return with_key<std::uint64_t>(c);
+            default:
+                break;
+            }
+        } catch (const std::bad_alloc&) {
+            result.clear();
+            message = "the server ran out of memory calling remote function '" +
+                      std::string(call.name) + "'";
+            return errc::out_of_memory;
+        }
+        message = "remote functions take keys of type std::uint32_t or std::uint64_t, not " +
+                  std::string(detail::type_name(key_type));
+        return errc::key_type_mismatch;
+    }
+
+private:
+    struct call_context {
+        const detail::function_entry& entry;
+        const detail::decoded_call& call;
+        detail::table_base* table;
+        wire::scalar_type key_type;
+        wire::scalar_type value_type;
+        std::uint32_t width;
+        key_range<std::uint64_t> range;
+        std::vector<std::byte>& result;
+        std::string& message;
+    };
+
+    template <typename Args, typename Result, typename F>
+    static constexpr bool takes_some_table() {
+        bool any = false;
+        detail::for_each_table_type([&]<typename Key, typename Value>() {
+            any = any ||
+                  std::is_invocable_r_v<Result, const F&, table_rows<Key, Value>&, const Args&>;
+        });
+        return any;
+    }
+
+    static void check_name(const std::string& name) {
+        if (name.empty() || name.size() > max_function_name) {
+            throw std::invalid_argument("petrel::function_registry: the name of a remote "
+                                        "function must have 1 to " +
+                                        std::to_string(max_function_name) + " bytes");
+        }
+    }
+
+    void check_new(const std::string& name) const {
+        if (contains(name)) {
+            throw std::invalid_argument("petrel::function_registry: a remote function named '" +
+                                        name + "' is registered already");
+        }
+    }
+
+    template <typename Args, typename Result, typename Key, typename Value, typename F>
+    static detail::function_invoker<Key, Value> make_invoker(std::shared_ptr<const F> fn) {
+        return [fn = std::move(fn)](table_rows<Key, Value>& rows, std::span<const std::byte> bytes,
+                                    std::vector<std::byte>& result,
+                                    std::string& message) -> std::error_code {
+            Args args{};
+            if (auto ec = detail::decode_binary(bytes, args, message)) {
+                message = "the arguments of a remote function do not decode: " + message;
+                return ec;
+            }
+            std::optional<Result> r;
+            try {
+                r.emplace(std::invoke(*fn, rows, std::as_const(args)));
+            } catch (const std::exception& e) {
+                message = e.what();
+                return errc::handler_failed;
+            } catch (...) {
+                message = "a remote function threw an exception that is not a std::exception";
+                return errc::handler_failed;
+            }
+            try {
+                result = detail::encode_result(*r);
+            } catch (const std::bad_alloc&) {
+                throw;
+            } catch (const std::exception& e) {
+                message =
+                    std::string("the result of a remote function does not encode: ") + e.what();
+                return errc::handler_failed;
+            }
+            return {};
+        };
+    }
+
+    template <typename Key>
+    std::error_code with_key(const call_context& c) const {
+        switch (c.value_type) {
+        case wire::scalar_type::f32:
+            return run<Key, float>(c);
+        case wire::scalar_type::f64:
+            return run<Key, double>(c);
+        default:
+            break;
+        }
+        c.message = "remote functions take values of type float or double, not " +
+                    std::string(detail::type_name(c.value_type));
+        return errc::value_type_mismatch;
+    }
+
+    template <typename Key, typename Value>
+    std::error_code run(const call_context& c) const {
+        detail::sparse_table<Key, Value>* typed = nullptr;
+        if (c.table != nullptr) {
+            wire::message_header h;
+            h.key_type = c.key_type;
+            h.value_type = c.value_type;
+            h.width = c.width;
+            if (auto ec = c.table->check(h)) {
+                return ec;
+            }
+            typed = dynamic_cast<detail::sparse_table<Key, Value>*>(c.table);
+            if (typed == nullptr) {
+                c.message = "the table is not a sparse table of " +
+                            std::string(detail::type_name(c.key_type)) + " keys and " +
+                            std::string(detail::type_name(c.value_type)) + " values";
+                return errc::value_type_mismatch;
+            }
+        }
+        const auto& invoker = c.entry.get<Key, Value>();
+        if (!invoker) {
+            c.message = "remote function '" + std::string(c.call.name) +
+                        "' does not take tables of " + std::string(detail::type_name(c.key_type)) +
+                        " keys and " + std::string(detail::type_name(c.value_type)) + " values";
+            return c.entry.takes_key<Key>() ? errc::value_type_mismatch : errc::key_type_mismatch;
+        }
+        table_rows<Key, Value> rows(typed, detail::narrow_range<Key>(c.range), c.width);
+        return invoker(rows, c.call.args, c.result, c.message);
+    }
+
+    std::map<std::string, std::shared_ptr<const detail::function_entry>, std::less<>> functions_;
+};
+
+} // namespace petrel
