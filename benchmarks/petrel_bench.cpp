@@ -18,12 +18,15 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <numeric>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -135,7 +138,8 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
     petrel::kv_store_options<std::uint64_t> o;
     o.servers = {server.listen("127.0.0.1:0")};
     o.width = width;
-    petrel::kv_store<std::uint64_t, float> kv(petrel::tcp_transport(worker_io.executor()), o);
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(worker_io.executor()), o);
 
     std::vector<std::uint64_t> key_list(keys);
     std::iota(key_list.begin(), key_list.end(), std::uint64_t{0});
@@ -213,6 +217,97 @@ void petrel_cases(const settings& st, const std::function<bool(const std::string
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Consistency: iterations per second of 4 workers with a straggler, per model.
+// ---------------------------------------------------------------------------------------
+
+/// One run of the straggler workload: 2 servers and 4 workers in this process. Each
+/// iteration a worker pulls 4096 weights, "computes" for 1 ms, pushes 4096 gradients and
+/// advances its clock; with probability 1/4 an iteration is slowed by a further 8 ms (a
+/// straggler at a time, a different worker each time: garbage collection, a busy core,
+/// a slow disk). Returns the seconds the whole job took to do every iteration.
+template <typename Policy>
+double straggler_run(std::size_t iterations) {
+    petrel::config cfg;
+    cfg.servers = 2;
+    cfg.workers = 4;
+    cfg.threads = 2;
+    const auto start = clock_type::now();
+    const int status = petrel::run(
+        cfg,
+        [&](petrel::worker_node& w) {
+            petrel::kv_store<std::uint64_t, float, Policy> kv(w);
+            std::vector<std::uint64_t> keys(4096);
+            std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+            const xt::xtensor<float, 1> grad = xt::ones<float>({keys.size()}) * 1e-3f;
+            std::mt19937 rng(17 + w.rank());
+            std::bernoulli_distribution slow(0.25);
+            for (std::size_t it = 0; it < iterations; ++it) {
+                auto weights = kv.pull(keys, asio::use_future).get();
+                std::this_thread::sleep_for(std::chrono::milliseconds(slow(rng) ? 9 : 1));
+                kv.push(keys, grad, asio::use_future).get();
+                kv.clock();
+            }
+        },
+        petrel::logger{});
+    if (status != petrel::run_ok) {
+        throw std::runtime_error("the straggler job failed");
+    }
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+template <typename Policy>
+void straggler_case(const settings& st, const std::string& name, int tau, double& tau0_rate) {
+    const std::size_t iterations = st.quick ? 10 : 200;
+    const int repeats = st.quick ? 1 : 3;
+    std::vector<double> rates;
+    for (int r = 0; r < repeats; ++r) {
+        rates.push_back(double(4 * iterations) / straggler_run<Policy>(iterations));
+    }
+    std::sort(rates.begin(), rates.end());
+    const double median = rates[rates.size() / 2];
+    if (tau == 0 && tau0_rate == 0) {
+        tau0_rate = median;
+    }
+    petrel_bench::json_line line;
+    line.add("case", name)
+        .add("policy", petrel::policy_name<Policy>())
+        .add("tau", tau)
+        .add("workers", 4)
+        .add("iterations_per_worker", iterations)
+        .add("iterations_per_second", median)
+        .add("min_iterations_per_second", rates.front())
+        .add("max_iterations_per_second", rates.back())
+        .add("speedup_vs_tau0", tau0_rate > 0 ? median / tau0_rate : 1.0)
+        .add("runs", rates.size());
+    line.print();
+}
+
+void consistency_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
+    double tau0 = 0;
+    if (wanted("straggler_tau0")) {
+        straggler_case<petrel::bounded_delay<0>>(st, "straggler_tau0", 0, tau0);
+    }
+    if (wanted("straggler_tau1")) {
+        straggler_case<petrel::bounded_delay<1>>(st, "straggler_tau1", 1, tau0);
+    }
+    if (wanted("straggler_tau2")) {
+        straggler_case<petrel::bounded_delay<2>>(st, "straggler_tau2", 2, tau0);
+    }
+    if (wanted("straggler_tau4")) {
+        straggler_case<petrel::bounded_delay<4>>(st, "straggler_tau4", 4, tau0);
+    }
+    if (wanted("straggler_tau8")) {
+        straggler_case<petrel::bounded_delay<8>>(st, "straggler_tau8", 8, tau0);
+    }
+    if (wanted("straggler_eventual")) {
+        straggler_case<petrel::eventual>(st, "straggler_eventual", -1, tau0);
+    }
+    if (wanted("straggler_sequential")) {
+        straggler_case<petrel::sequential>(st, "straggler_sequential", 0, tau0);
+    }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -227,7 +322,14 @@ int main(int argc, char** argv) {
                                             "petrel_push_pull_4MiB",
                                             "petrel_push_pull_4MiB_shared",
                                             "petrel_push_pull_64MiB",
-                                            "petrel_push_pull_64MiB_shared"};
+                                            "petrel_push_pull_64MiB_shared",
+                                            "straggler_tau0",
+                                            "straggler_tau1",
+                                            "straggler_tau2",
+                                            "straggler_tau4",
+                                            "straggler_tau8",
+                                            "straggler_eventual",
+                                            "straggler_sequential"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--quick") {
@@ -261,6 +363,7 @@ int main(int argc, char** argv) {
     try {
         raw_cases(st, wanted);
         petrel_cases(st, wanted);
+        consistency_cases(st, wanted);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "petrel_bench: %s\n", e.what());
         return 1;

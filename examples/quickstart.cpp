@@ -8,8 +8,10 @@
 // Each worker holds its own examples. Every iteration it pulls the weights, computes the
 // gradient of the squared error on its examples, and pushes the step -lr * gradient /
 // workers; the servers add the steps of all workers. The weights are spread over the
-// servers by the job's ring. Workers run without waiting for each other (asynchronous
-// SGD). Worker 0 prints the loss as it falls; every worker checks its distance to the
+// servers by the job's ring. The store is `sequential`: each pull waits until every
+// worker's step of the previous iteration is in (bulk synchronous SGD); change the third
+// template argument to `petrel::bounded_delay<2>` or `petrel::eventual` to let workers
+// run ahead. Worker 0 prints the loss as it falls; every worker checks its distance to the
 // true weights at the end, and the program exits non-zero if the fit failed.
 #include <petrel/petrel.hpp>
 
@@ -45,11 +47,14 @@ void train(petrel::worker_node& worker) {
         xt::sum(x * truth, {1}) +
         0.01f * xt::random::randn<float>({examples_per_worker}, 0.0f, 1.0f, rng);
 
-    petrel::kv_store<std::uint64_t, float> kv(worker);
+    // sequential (the default): every pull sees all workers' steps of the earlier
+    // iterations, so the run is bulk synchronous and bitwise reproducible.
+    petrel::kv_store<std::uint64_t, float, petrel::sequential> kv(worker);
     std::vector<std::uint64_t> keys(features);
     std::iota(keys.begin(), keys.end(), std::uint64_t{0});
     const float share = 1.0f / static_cast<float>(worker.workers());
     for (int it = 0; it < iterations; ++it) {
+        auto scope = kv.iteration(); // advances this worker's clock at the end of the body
         auto w = kv.pull(keys, asio::use_future).get();
         xt::xtensor<float, 1> err = xt::sum(x * w.values(), {1}) - y;
         const float loss = 0.5f * xt::mean(err * err)();
@@ -60,7 +65,7 @@ void train(petrel::worker_node& worker) {
             std::printf("iteration %3d  loss %.6f\n", it, static_cast<double>(loss));
         }
     }
-    worker.barrier(petrel::group::workers, asio::use_future).get(); // every step is in
+    // At clock `iterations` the pull waits until every worker's steps are in.
     const auto w = kv.pull(keys, asio::use_future).get();
     const float distance = xt::amax(xt::abs(w.values() - truth))();
     if (worker.rank() == 0) {

@@ -39,7 +39,7 @@ struct one_server {
         o.request_timeout = 20s;
         return o;
     }
-    petrel::kv_store<key_t64, Value> worker(std::size_t width = 1) {
+    petrel::kv_store<key_t64, Value, petrel::eventual> worker(std::size_t width = 1) {
         return {factory.make(io.executor()), options(width)};
     }
 };
@@ -168,8 +168,8 @@ TEMPLATE_TEST_CASE("kv_store: two servers and two workers give exact sums", "[kv
     const auto a1 = s1.listen(factory.listen_address());
     petrel::kv_store_options<key_t64> o;
     o.servers = {a0, a1};
-    petrel::kv_store<key_t64, float> w0(factory.make(io.executor()), o);
-    petrel::kv_store<key_t64, float> w1(factory.make(io.executor()), o);
+    petrel::kv_store<key_t64, float, petrel::eventual> w0(factory.make(io.executor()), o);
+    petrel::kv_store<key_t64, float, petrel::eventual> w1(factory.make(io.executor()), o);
 
     std::vector<key_t64> keys(1000);
     std::iota(keys.begin(), keys.end(), key_t64{0});
@@ -210,8 +210,8 @@ TEMPLATE_TEST_CASE("kv_store: the reserved largest key is refused before anythin
 TEMPLATE_TEST_CASE("kv_store: closing with requests in flight completes them all", "[kv_store]",
                    over_tcp, over_inproc) {
     one_server<TestType> c;
-    auto kv = std::make_unique<petrel::kv_store<key_t64, float>>(c.factory.make(c.io.executor()),
-                                                                 c.options());
+    auto kv = std::make_unique<petrel::kv_store<key_t64, float, petrel::eventual>>(
+        c.factory.make(c.io.executor()), c.options());
     std::vector<key_t64> keys(10000);
     std::iota(keys.begin(), keys.end(), key_t64{0});
     xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
@@ -243,7 +243,7 @@ TEST_CASE("kv_store: a server that never answers times out", "[kv_store]") {
     petrel::kv_store_options<key_t64> o;
     o.servers = {address};
     o.request_timeout = 200ms;
-    petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()), o);
     std::vector<key_t64> keys{1};
     const auto t0 = std::chrono::steady_clock::now();
     try {
@@ -264,7 +264,7 @@ TEST_CASE("kv_store: an unreachable server fails the call", "[kv_store]") {
     }
     petrel::kv_store_options<key_t64> o;
     o.servers = {"127.0.0.1:" + std::to_string(port)};
-    petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()), o);
     std::vector<key_t64> keys{1};
     CHECK_THROWS_AS(kv.pull(keys, asio::use_future).get(), std::system_error);
 }
@@ -272,18 +272,22 @@ TEST_CASE("kv_store: an unreachable server fails the call", "[kv_store]") {
 TEST_CASE("kv_store: inconsistent options are refused at construction", "[kv_store]") {
     io_threads io{1};
     petrel::kv_store_options<key_t64> o;
-    CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
+    CHECK_THROWS_AS((petrel::kv_store<key_t64, float, petrel::eventual>(
+                        petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
     o.servers = {"127.0.0.1:1", "127.0.0.1:1"};
-    CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
+    CHECK_THROWS_AS((petrel::kv_store<key_t64, float, petrel::eventual>(
+                        petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
     o.servers = {"127.0.0.1:1"};
     o.ring.partitions = 1000; // not a power of two
-    CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
+    CHECK_THROWS_AS((petrel::kv_store<key_t64, float, petrel::eventual>(
+                        petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
     o.ring = {};
     o.width = 0;
-    CHECK_THROWS_AS((petrel::kv_store<key_t64, float>(petrel::tcp_transport(io.executor()), o)),
+    CHECK_THROWS_AS((petrel::kv_store<key_t64, float, petrel::eventual>(
+                        petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
 }
 
@@ -331,7 +335,8 @@ TEMPLATE_TEST_CASE("kv_store: a request over the frame limit is refused before s
     one_server<TestType> c;
     petrel::transport_options small;
     small.limits.max_frame_bytes = 1024;
-    petrel::kv_store<key_t64, float> kv(c.factory.make(c.io.executor(), small), c.options());
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(c.factory.make(c.io.executor(), small),
+                                                          c.options());
     std::vector<key_t64> keys(200);
     std::iota(keys.begin(), keys.end(), key_t64{0});
     xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
@@ -412,7 +417,7 @@ TEMPLATE_TEST_CASE("kv_store: rows spread over three servers come back in the ca
     }
     o.width = 3;
     o.ring = {.partitions = 16, .stripe_keys = 4}; // owners change every few keys
-    petrel::kv_store<key_t64, double> kv(factory.make(io.executor()), o);
+    petrel::kv_store<key_t64, double, petrel::eventual> kv(factory.make(io.executor()), o);
 
     std::vector<key_t64> keys;
     for (key_t64 k = 0; keys.size() < 5000; k += 1 + (k * 7919) % 5) {

@@ -63,7 +63,8 @@ TEST_CASE("petrel.hpp: a worker and a server in one process", "[umbrella]") {
     petrel::kv_store_options<std::uint64_t> o;
     o.servers = {address};
     o.request_timeout = 10s;
-    petrel::kv_store<std::uint64_t, float> kv(petrel::inproc_transport(io.executor(), hub), o);
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::inproc_transport(io.executor(), hub), o);
 
     const std::vector<std::uint64_t> keys{4, 8};
     auto pushed = kv.push(keys, xt::xtensor<float, 1>{0.5f, -1.0f}, asio::use_future);

@@ -16,7 +16,17 @@ template <key Key, typename Value>
 class kv_pairs;
 template <key Key>
 struct kv_store_options;
-template <key Key, typename Value>
+
+struct sequential;
+struct eventual;
+template <std::uint64_t Tau>
+struct bounded_delay;
+template <typename T>
+class task;
+struct clock_entry;
+
+/// The default consistency model is `sequential`.
+template <key Key, typename Value, typename Consistency = sequential>
 class kv_store;
 
 class shared_bytes;
@@ -31,6 +41,7 @@ class inproc_transport;
 class inproc_hub;
 struct server_options;
 class server_node;
+class function_registry;
 struct ring_options;
 class ring;
 struct node_info;

@@ -5,12 +5,17 @@
 #include <petrel/cluster/ring.hpp>
 #include <petrel/cluster/view.hpp>
 #include <petrel/cluster/worker_node.hpp>
+#include <petrel/consistency/policy.hpp>
+#include <petrel/consistency/task.hpp>
+#include <petrel/consistency/worker_clock.hpp>
 #include <petrel/core/buffer_pool.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/key.hpp>
 #include <petrel/core/key_range.hpp>
 #include <petrel/core/kv_pairs.hpp>
 #include <petrel/core/log.hpp>
+#include <petrel/fwd.hpp>
+#include <petrel/server/remote_function.hpp>
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
@@ -18,7 +23,9 @@
 #include <petrel/wire/message.hpp>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/associated_cancellation_slot.hpp>
 #include <asio/async_result.hpp>
+#include <asio/error.hpp>
 
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xexpression.hpp>
@@ -59,6 +66,9 @@ struct kv_store_options {
     /// This node's id, written as the sender of its requests (a worker's own id when
     /// made from a `worker_node`).
     std::uint32_t node_id = 0;
+    /// This worker's index in the servers' clocks, below `server_options::workers` (its
+    /// rank among the job's workers when made from a `worker_node`).
+    std::uint32_t worker = 0;
     /// Every push and pull completes by then, with `errc::timed_out` if no reply came
     /// (a worker's request timeout when made from a `worker_node`).
     std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
@@ -113,15 +123,19 @@ concept contiguous_values = requires(const C& c) {
 ///
 /// @par Thread Safety
 /// All member functions may be called from any thread, concurrently.
-template <key Key, typename Value>
+template <key Key, typename Value, typename Consistency>
 class kv_store {
     static_assert(wire::wire_key<Key>, "petrel::kv_store: Key must be std::uint32_t or "
                                        "std::uint64_t");
     static_assert(wire::wire_value<Value>, "petrel::kv_store: Value must be float or double");
+    static_assert(consistency_policy<Consistency>,
+                  "petrel::kv_store: Consistency must be petrel::sequential, petrel::eventual or "
+                  "petrel::bounded_delay<Tau>");
 
 public:
     using key_type = Key;
     using value_type = Value;
+    using consistency = Consistency;
     using executor_type = asio::any_io_executor;
     using options_type = kv_store_options<Key>;
 
@@ -166,7 +180,9 @@ public:
           member_(worker.membership_ptr()), owns_transport_(false) {
         check_width();
         opts_.node_id = worker.id();
+        opts_.worker = worker.rank();
         opts_.request_timeout = worker.request_timeout();
+        clock_ = worker.clock_of(opts_.table_id);
         if (auto v = worker.view(); !v || v->ring.empty()) {
             throw std::invalid_argument("petrel::kv_store: the worker has no view of its job");
         }
@@ -262,6 +278,121 @@ public:
                 this->start_pull(std::move(handler), std::move(p));
             },
             token, std::move(p));
+    }
+
+    /// This worker's clock on the table: the iterations it has completed (`clock()`
+    /// calls, counted over every store of this worker and table).
+    [[nodiscard]] clock_type current_clock() const {
+        std::lock_guard lock(clock_->mutex);
+        return clock_->current;
+    }
+
+    /// Ends this worker's iteration: advances its clock and tells every server once the
+    /// iteration's pushes have completed. Returns at once; the task completes when every
+    /// server has recorded the clock. Under `sequential` and `bounded_delay`, the reads
+    /// of the other workers wait for these ticks.
+    task<void> clock() {
+        auto [tick, done] = make_task<void>(transport_.get_executor());
+        std::vector<task<void>> deps;
+        clock_type n = 0;
+        {
+            std::lock_guard lock(clock_->mutex);
+            n = ++clock_->current;
+            deps = std::move(clock_->pushes);
+            clock_->pushes.clear();
+            if (clock_->last_tick.valid()) {
+                deps.push_back(clock_->last_tick);
+            }
+            clock_->last_tick = tick;
+            // Reads at this clock and later depend on tick required_clock(n) or newer.
+            clock_->ticks.erase(clock_->ticks.begin(),
+                                clock_->ticks.lower_bound(required_clock<Consistency>(n)));
+            if constexpr (Consistency::waits) {
+                clock_->ticks.emplace(n, tick);
+            }
+        }
+        auto request = tick_request(n, 0);
+        auto where = current_placement();
+        after(when_all(std::move(deps)), [where, request = std::move(request)]() mutable {
+            return broadcast(where, std::move(request));
+        }).on_complete([done = std::move(done)](std::error_code ec) mutable { done.complete(ec); });
+        return tick;
+    }
+
+    /// As `clock()`, completing with the servers' acknowledgement through any token.
+    /// Completion signature: `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto clock(CompletionToken&& token) {
+        return clock().async_wait(std::forward<CompletionToken>(token));
+    }
+
+    /// Calls `clock()` when it goes out of scope: one iteration as a scope.
+    ///
+    /// @par Example
+    /// @code
+    /// for (int i = 0; i < iterations; ++i) {
+    ///     auto it = kv.iteration();
+    ///     auto w = kv.pull(keys, asio::use_future).get();
+    ///     kv.push(keys, gradient(w), asio::use_future).get();
+    /// }   // clock() here
+    /// @endcode
+    class iteration_scope {
+    public:
+        explicit iteration_scope(kv_store& s) noexcept : store_(&s) {}
+        iteration_scope(const iteration_scope&) = delete;
+        iteration_scope& operator=(const iteration_scope&) = delete;
+        ~iteration_scope() {
+            if (store_) {
+                store_->clock();
+            }
+        }
+
+    private:
+        kv_store* store_;
+    };
+
+    [[nodiscard]] iteration_scope iteration() noexcept { return iteration_scope(*this); }
+
+    /// This worker leaves the table's clock: the servers no longer wait for it. `petrel::run`
+    /// does this for every table when a worker's training function returns; without a job,
+    /// call it when a worker stops early. Completion signature: `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto finish(CompletionToken&& token) {
+        auto request = tick_request(0, wire::flag_finish);
+        return broadcast(current_placement(), std::move(request))
+            .async_wait(std::forward<CompletionToken>(token));
+    }
+
+    /// Runs the remote function `name` on every server that owns keys of `range`, over
+    /// the rows it stores there, once the range's clocks satisfy the consistency model
+    /// (as a pull at the current clock). Every process must have registered the function
+    /// in the `function_registry` of its servers. Completion signature:
+    /// `void(std::error_code, std::vector<Result>)`, one result per server involved.
+    template <typename Result, typename Args, typename CompletionToken>
+    auto call(std::string_view name, key_range<Key> range, const Args& args,
+              CompletionToken&& token) {
+        prepared_call c;
+        c.range = range;
+        try {
+            c.body = shared_bytes::copy_of(detail::encode_call(name, args));
+        } catch (const std::exception&) {
+            c.error = errc::invalid_argument;
+        }
+        if (!c.error && (name.empty() || name.size() > max_function_name)) {
+            c.error = errc::invalid_argument;
+        }
+        return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<Result>)>(
+            [this](auto handler, prepared_call c) {
+                this->template start_call<Result>(std::move(handler), std::move(c));
+            },
+            token, std::move(c));
+    }
+
+    /// As above for a function registered by type (`function_registry::add<F>()`).
+    template <remote_function F, typename CompletionToken>
+    auto call(key_range<Key> range, const typename F::args_type& args, CompletionToken&& token) {
+        return call<typename F::result_type>(std::string_view(F::name), range, args,
+                                             std::forward<CompletionToken>(token));
     }
 
     /// Completes every waiting operation with `errc::shut_down` and closes the
@@ -577,7 +708,8 @@ private:
         return {};
     }
 
-    wire::message make_request(wire::message_kind kind, const slice& s) const {
+    /// A request of this store's table, worker and types, without range or payload.
+    wire::message blank_request(wire::message_kind kind) const {
         wire::message m;
         auto& h = m.header;
         h.kind = kind;
@@ -586,6 +718,13 @@ private:
         h.key_type = wire::scalar_type_of<Key>;
         h.value_type = wire::scalar_type_of<Value>;
         h.width = static_cast<std::uint32_t>(opts_.width);
+        h.worker = opts_.worker;
+        return m;
+    }
+
+    wire::message make_request(wire::message_kind kind, const slice& s) const {
+        wire::message m = blank_request(kind);
+        auto& h = m.header;
         const auto keys = s.keys.template as<Key>();
         h.range_begin = keys.front();
         h.range_end = static_cast<std::uint64_t>(keys.back()) + 1; // keys < key_space_end
@@ -598,7 +737,8 @@ private:
     }
 
     /// The completion shared by the slices of one operation: the first error wins, and
-    /// the handler runs once, when the last slice is done.
+    /// the handler runs once, when the last slice is done or when the operation is
+    /// cancelled, whichever comes first.
     template <typename Completion>
     struct join_state {
         explicit join_state(Completion c, std::size_t n) : done(std::move(c)), remaining(n) {}
@@ -606,19 +746,128 @@ private:
         std::optional<Completion> done;
         std::size_t remaining;
         std::error_code error;
+        std::vector<clock_entry> clocks;
 
         /// Records one slice's outcome; returns true for the last one.
-        bool arrive(std::error_code ec) {
+        bool arrive(std::error_code ec, std::vector<clock_entry>* c = nullptr) {
             std::lock_guard lock(mutex);
             if (ec && !error) {
                 error = ec;
             }
+            if (c) {
+                clocks.insert(clocks.end(), c->begin(), c->end());
+            }
             return --remaining == 0;
+        }
+
+        /// The handler, for the one caller that completes the operation.
+        std::optional<Completion> take() {
+            std::lock_guard lock(mutex);
+            return std::exchange(done, std::nullopt);
         }
     };
 
+    /// Completes `state`'s operation with `asio::error::operation_aborted` when the
+    /// handler's cancellation slot is emitted (the requests already sent are not
+    /// recalled: a cancelled push may still be applied).
+    template <typename Slot, typename State, typename... Empty>
+    static void cancel_with(Slot slot, const std::shared_ptr<State>& state, Empty... empty) {
+        if (!slot.is_connected()) {
+            return;
+        }
+        std::weak_ptr<State> weak = state;
+        slot.assign([weak, empty...](asio::cancellation_type) {
+            if (auto st = weak.lock()) {
+                if (auto d = st->take()) {
+                    std::move(*d).dispatch(make_error_code(asio::error::operation_aborted),
+                                           empty...);
+                }
+            }
+        });
+    }
+
+    std::shared_ptr<const placement> current_placement() const {
+        std::lock_guard lock(mutex_);
+        return placement_;
+    }
+
+    /// A clock message for every server: `n` completed clocks on every key.
+    wire::message tick_request(clock_type n, std::uint8_t flags) const {
+        wire::message m = blank_request(wire::message_kind::clock);
+        auto& h = m.header;
+        h.flags = flags;
+        h.range_begin = 0;
+        h.range_end = key_space_end<std::uint64_t>;
+        h.clock = n;
+        return m;
+    }
+
+    /// Sends `request` to every server of `where`; the task completes when all have
+    /// answered (with the first error).
+    static task<void> broadcast(const std::shared_ptr<const placement>& where,
+                                wire::message request) {
+        auto [t, done] = make_task<void>();
+        if (!where || where->links.empty()) {
+            done.complete({});
+            return t;
+        }
+        struct state {
+            std::mutex mutex;
+            std::size_t remaining;
+            std::error_code error;
+            task_completer<void> done;
+        };
+        auto st = std::make_shared<state>();
+        st->remaining = where->links.size();
+        st->done = std::move(done);
+        for (const auto& link : where->links) {
+            link->request(request, [st](std::error_code ec, wire::message&& reply) {
+                if (!ec && reply.header.kind != wire::message_kind::clock_reply) {
+                    ec = errc::bad_message_kind;
+                }
+                std::unique_lock lock(st->mutex);
+                if (ec && !st->error) {
+                    st->error = ec;
+                }
+                if (--st->remaining == 0) {
+                    const auto error = st->error;
+                    lock.unlock();
+                    st->done.complete(error);
+                }
+            });
+        }
+        return t;
+    }
+
+    /// The clock of the calling worker now, and the read requirement that goes with it.
+    /// Also returns the worker's own tick that a read at this clock waits for (invalid when
+    /// there is none to wait for).
+    std::pair<clock_type, task<void>> read_gate() const {
+        std::lock_guard lock(clock_->mutex);
+        const clock_type r = required_clock<Consistency>(clock_->current);
+        task<void> own;
+        if (r > 0) {
+            if (auto it = clock_->ticks.find(r); it != clock_->ticks.end() && !it->second.ready()) {
+                own = it->second;
+            } else if (it != clock_->ticks.end() && it->second.error()) {
+                own = it->second; // failed: the read fails with it
+            }
+        }
+        return {r, std::move(own)};
+    }
+
+    /// Registers a push of the current clock; returns its clock and what to complete when
+    /// the push is done (the next tick waits for it).
+    std::pair<clock_type, task_completer<void>> register_push() {
+        auto [settled, settle] = make_task<void>();
+        std::lock_guard lock(clock_->mutex);
+        clock_->pushes.push_back(std::move(settled));
+        return {clock_->current, std::move(settle)};
+    }
+
     template <typename Handler>
     void start_push(Handler handler, prepared p) {
+        auto slot = asio::get_associated_cancellation_slot(handler);
         detail::completion done(std::move(handler), transport_.get_executor());
         std::vector<slice> slices;
         if (auto ec =
@@ -630,24 +879,57 @@ private:
             std::move(done).post(std::error_code{});
             return;
         }
-        auto join = std::make_shared<join_state<decltype(done)>>(std::move(done), slices.size());
+        auto [t, settle] = register_push();
+        struct push_state : join_state<decltype(done)> {
+            using join_state<decltype(done)>::join_state;
+            task_completer<void> settle;
+        };
+        auto join = std::make_shared<push_state>(std::move(done), slices.size());
+        join->settle = std::move(settle);
+        cancel_with(slot, join);
         for (const auto& s : slices) {
-            s.link->request(
-                make_request(wire::message_kind::push, s),
-                [join, report = failure_report(s)](std::error_code ec, wire::message&& m) {
-                    if (!ec && m.header.kind != wire::message_kind::push_reply) {
-                        ec = errc::bad_message_kind;
+            auto request = make_request(wire::message_kind::push, s);
+            request.header.clock = t;
+            if constexpr (Consistency::ordered) {
+                request.header.flags |= wire::flag_ordered;
+            }
+            s.link->request(std::move(request), [join, report = failure_report(s)](
+                                                    std::error_code ec, wire::message&& m) {
+                if (!ec && m.header.kind != wire::message_kind::push_reply) {
+                    ec = errc::bad_message_kind;
+                }
+                report(ec);
+                if (join->arrive(ec)) {
+                    join->settle.complete({});
+                    if (auto d = join->take()) {
+                        std::move(*d).dispatch(join->error);
                     }
-                    report(ec);
-                    if (join->arrive(ec)) {
-                        std::move(*join->done).dispatch(join->error);
-                    }
-                });
+                }
+            });
         }
+    }
+
+    /// Sends `send()` now, or once the worker's own tick `own` has completed (failing
+    /// the operation through `fail` if that tick failed).
+    template <typename Send, typename Fail>
+    static void when_gate_open(task<void> own, Send send, Fail fail) {
+        if (!own.valid()) {
+            send();
+            return;
+        }
+        own.on_complete(
+            [send = std::move(send), fail = std::move(fail)](std::error_code ec) mutable {
+                if (ec) {
+                    fail(ec);
+                } else {
+                    send();
+                }
+            });
     }
 
     template <typename Handler>
     void start_pull(Handler handler, prepared p) {
+        auto slot = asio::get_associated_cancellation_slot(handler);
         detail::completion done(std::move(handler), transport_.get_executor());
         using result_type = kv_pairs<Key, Value>;
         std::vector<slice> slices;
@@ -666,17 +948,22 @@ private:
             shared_bytes single;    // one slice: the reply's own buffer
         };
         auto join = std::make_shared<pull_state>(std::move(done), slices.size());
+        cancel_with(slot, join, result_type{});
         const std::size_t row = opts_.width * sizeof(Value);
         if (slices.size() > 1) {
             join->gathered = transport_.pool()->acquire(p.count * row);
         }
         const bool one = slices.size() == 1;
+        auto [required, own] = read_gate();
+        std::vector<std::pair<std::shared_ptr<detail::request_link>, wire::message>> requests;
+        std::vector<std::function<void(std::error_code, wire::message &&)>> callbacks;
         for (auto& s : slices) {
             auto request = make_request(wire::message_kind::pull, s);
-            s.link->request(std::move(request), [join, runs = std::move(s.runs), count = s.count,
-                                                 row, one, keys = p.keys, width = opts_.width,
-                                                 report = failure_report(s)](std::error_code ec,
-                                                                             wire::message&& m) {
+            request.header.clock = required;
+            requests.emplace_back(s.link, std::move(request));
+            callbacks.push_back([join, runs = std::move(s.runs), count = s.count, row, one,
+                                 keys = p.keys, width = opts_.width, report = failure_report(s)](
+                                    std::error_code ec, wire::message&& m) {
                 report(ec);
                 if (!ec && (m.header.kind != wire::message_kind::pull_reply ||
                             m.header.key_count != count || m.header.width != width ||
@@ -696,17 +983,146 @@ private:
                         }
                     }
                 }
-                if (join->arrive(ec)) {
+                if (join->arrive(ec, ec ? nullptr : &m.header.clocks)) {
+                    auto d = join->take();
+                    if (!d) {
+                        return; // cancelled
+                    }
                     if (join->error) {
-                        std::move(*join->done).dispatch(join->error, result_type{});
+                        std::move(*d).dispatch(join->error, result_type{});
                         return;
                     }
                     auto values = one ? join->single : join->gathered.share();
-                    std::move(*join->done)
-                        .dispatch(std::error_code{}, result_type(keys, std::move(values), width));
+                    result_type out(keys, std::move(values), width);
+                    out.set_clocks(std::move(join->clocks));
+                    std::move(*d).dispatch(std::error_code{}, std::move(out));
                 }
             });
         }
+        auto shared_requests = std::make_shared<decltype(requests)>(std::move(requests));
+        auto shared_callbacks = std::make_shared<decltype(callbacks)>(std::move(callbacks));
+        when_gate_open(
+            std::move(own),
+            [shared_requests, shared_callbacks] {
+                for (std::size_t i = 0; i < shared_requests->size(); ++i) {
+                    auto& [link, m] = (*shared_requests)[i];
+                    link->request(std::move(m), std::move((*shared_callbacks)[i]));
+                }
+            },
+            [join](std::error_code ec) {
+                if (auto d = join->take()) {
+                    std::move(*d).dispatch(ec, result_type{});
+                }
+            });
+    }
+
+    /// A remote function call checked and encoded before the call returns.
+    struct prepared_call {
+        std::error_code error;
+        key_range<Key> range;
+        shared_bytes body;
+    };
+
+    /// The slots of the servers that own keys of `r` (all of them for a wide range).
+    static std::vector<std::size_t> owners_of(const placement& where, key_range<Key> r) {
+        std::vector<bool> seen(where.links.size(), false);
+        const auto& ring = where.view->ring;
+        const std::uint64_t first = ring.stripe_of(r.begin);
+        const std::uint64_t last = ring.stripe_of(r.end - 1);
+        if (last - first >= std::uint64_t{4} * ring.options().partitions) {
+            seen.assign(seen.size(), true);
+        } else {
+            for (std::uint64_t st = first;; ++st) {
+                seen[where.partition_slot[ring.partition_of_stripe(st)]] = true;
+                if (st == last) {
+                    break;
+                }
+            }
+        }
+        std::vector<std::size_t> out;
+        for (std::size_t i = 0; i < seen.size(); ++i) {
+            if (seen[i]) {
+                out.push_back(i);
+            }
+        }
+        return out;
+    }
+
+    template <typename Result, typename Handler>
+    void start_call(Handler handler, prepared_call c) {
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        detail::completion done(std::move(handler), transport_.get_executor());
+        using results = std::vector<Result>;
+        if (c.error || c.range.empty()) {
+            std::move(done).post(c.error, results{});
+            return;
+        }
+        const auto where = current_placement();
+        const auto slots = owners_of(*where, c.range);
+        struct call_state : join_state<decltype(done)> {
+            using join_state<decltype(done)>::join_state;
+            results out;
+        };
+        auto join = std::make_shared<call_state>(std::move(done), slots.size());
+        join->out.resize(slots.size());
+        cancel_with(slot, join, results{});
+        auto [required, own] = read_gate();
+        auto sends = std::make_shared<std::vector<std::function<void()>>>();
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            wire::message m = blank_request(wire::message_kind::call);
+            auto& h = m.header;
+            h.range_begin = c.range.begin;
+            h.range_end = c.range.end;
+            h.clock = required;
+            m.set_segment(wire::values_segment, c.body);
+            slice s;
+            s.server = where->servers[slots[i]];
+            s.view = where->view;
+            auto cb = [join, i, report = failure_report(s), log = log_,
+                       self = opts_.node_id](std::error_code ec, wire::message&& r) {
+                report(ec);
+                if (!ec && r.header.kind != wire::message_kind::call_reply) {
+                    ec = errc::bad_message_kind;
+                }
+                if (ec && r.header.kind == wire::message_kind::call_reply) {
+                    if (log && !r.values().empty()) {
+                        const auto text = r.values().span();
+                        log(log_level::error,
+                            "petrel worker " + std::to_string(self) + ": remote function: " +
+                                std::string(reinterpret_cast<const char*>(text.data()),
+                                            std::min<std::size_t>(text.size(), 1024)));
+                    }
+                }
+                if (!ec) {
+                    ec = detail::decode_result(r.values().span(), join->out[i]);
+                }
+                if (join->arrive(ec)) {
+                    if (auto d = join->take()) {
+                        if (join->error) {
+                            std::move(*d).dispatch(join->error, results{});
+                        } else {
+                            std::move(*d).dispatch(std::error_code{}, std::move(join->out));
+                        }
+                    }
+                }
+            };
+            sends->push_back(
+                [link = where->links[slots[i]], m = std::move(m), cb = std::move(cb)]() mutable {
+                    link->request(std::move(m), std::move(cb));
+                });
+        }
+        when_gate_open(
+            std::move(own),
+            [sends] {
+                for (auto& f : *sends) {
+                    f();
+                }
+            },
+            [join](std::error_code ec) {
+                if (auto d = join->take()) {
+                    std::move(*d).dispatch(ec, results{});
+                }
+            });
     }
 
     any_transport transport_;
@@ -720,6 +1136,7 @@ private:
     bool closed_ = false;
     std::map<node_id, std::shared_ptr<detail::request_link>> links_;
     std::shared_ptr<const placement> placement_;
+    std::shared_ptr<detail::worker_clock> clock_ = std::make_shared<detail::worker_clock>();
 
     std::shared_ptr<shared> make_shared_owner() {
         auto s = std::make_shared<shared>();

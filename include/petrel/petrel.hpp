@@ -21,6 +21,11 @@
 #include <petrel/transport/tcp_transport.hpp>
 #include <petrel/transport/transport.hpp>
 
+#include <petrel/consistency/clock_gate.hpp>
+#include <petrel/consistency/policy.hpp>
+#include <petrel/consistency/task.hpp>
+
+#include <petrel/server/remote_function.hpp>
 #include <petrel/server/server_node.hpp>
 
 #include <petrel/cluster/manager_node.hpp>

@@ -61,8 +61,8 @@ void exact_sums(petrel::worker_node& w, tally& t) {
     const xt::xtensor<float, 1> values = xt::ones<float>({mine.size()}) * float(w.rank() + 1);
     for (int i = 0; i < rounds; ++i) {
         kv.push(mine, values, asio::use_future).get();
+        kv.clock(); // sequential: the pull below, at clock `rounds`, sees every round
     }
-    w.barrier(petrel::group::workers, asio::use_future).get();
     std::map<std::uint64_t, float> expected;
     for (std::uint32_t q = 0; q < w.workers(); ++q) {
         for (auto k : keys_of(q)) {
@@ -161,6 +161,7 @@ TEST_CASE("run: workers push until the job fails", "[.][spmd_until_failure]") {
         while (std::chrono::steady_clock::now() < stop) {
             kv.push(keys, ones, asio::use_future).get(); // throws once a server is gone
             kv.pull(keys, asio::use_future).get();
+            kv.clock();
             std::this_thread::sleep_for(5ms);
         }
     });
@@ -275,7 +276,7 @@ TEST_CASE("run: a kv_store in a job fails at once on a server the manager declar
     // Stores share the worker's transport: closing one leaves the others working, and a
     // store made later sees the failure at once.
     kv.close();
-    petrel::kv_store<std::uint64_t, float> other(w, {.table_id = 2});
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> other(w, {.table_id = 2});
     other.push(live, xt::xtensor<float, 1>(xt::ones<float>({live.size()})), asio::use_future).get();
     CHECK(other.pull(live, asio::use_future).get().values()(0) == 1.0f);
     CHECK_THROWS_AS(other.pull(dead, asio::use_future).get(), std::system_error);

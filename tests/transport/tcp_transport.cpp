@@ -35,7 +35,7 @@ struct target {
         asio::ip::make_address("127.0.0.1"),
         static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))};
 
-    petrel::kv_store<key_t64, float> worker() {
+    petrel::kv_store<key_t64, float, petrel::eventual> worker() {
         petrel::kv_store_options<key_t64> o;
         o.servers = {address};
         o.request_timeout = 20s;
@@ -201,7 +201,8 @@ TEST_CASE("tcp_transport: nodes destroyed before their io_context runs leave not
         const auto address = server.listen("127.0.0.1:0");
         petrel::kv_store_options<key_t64> o;
         o.servers = {address};
-        petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.get_executor()), o);
+        petrel::kv_store<key_t64, float, petrel::eventual> kv(
+            petrel::tcp_transport(io.get_executor()), o);
         std::vector<key_t64> keys{1};
         kv.push(keys, xt::xtensor<float, 1>{1.0f}, [](std::error_code) {});
     }
@@ -273,7 +274,7 @@ TEST_CASE("tcp_transport: a peer that never reads its replies cannot grow the se
     petrel::kv_store_options<key_t64> o;
     o.servers = {address};
     o.request_timeout = 20s;
-    petrel::kv_store<key_t64, float> kv(petrel::tcp_transport(io.executor()), o);
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()), o);
     std::vector<key_t64> k{5};
     kv.push(k, xt::xtensor<float, 1>{2.0f}, asio::use_future).get();
     CHECK(kv.pull(k, asio::use_future).get().values()(0) == 2.0f);

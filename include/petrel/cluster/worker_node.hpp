@@ -4,13 +4,20 @@
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/node.hpp>
 #include <petrel/cluster/view.hpp>
+#include <petrel/consistency/worker_clock.hpp>
+#include <petrel/core/key.hpp>
+#include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <future>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace petrel {
 
@@ -71,6 +78,55 @@ public:
     }
     [[nodiscard]] asio::any_io_executor get_executor() const { return transport_.get_executor(); }
 
+    /// This worker's clock on table `table_id`, shared by its stores of that table.
+    [[nodiscard]] std::shared_ptr<detail::worker_clock> clock_of(std::uint32_t table_id) {
+        std::lock_guard lock(clocks_mutex_);
+        auto& c = clocks_[table_id];
+        if (!c) {
+            c = std::make_shared<detail::worker_clock>();
+        }
+        return c;
+    }
+
+    /// Leaves the clock of every table on every live server, so that nobody waits for
+    /// this worker any more; waits for the servers' answers, at most `timeout` each.
+    /// `petrel::run` calls it when the training function returns. Blocks: do not call it
+    /// from the transport's executor. Returns the first error.
+    std::error_code finish(std::chrono::milliseconds timeout) {
+        const auto v = view();
+        std::vector<std::shared_ptr<detail::request_link>> links;
+        std::vector<std::future<std::error_code>> answers;
+        for (const auto* n : v->of_role(node_role::server)) {
+            if (n->state != node_state::alive) {
+                continue;
+            }
+            auto link = std::make_shared<detail::request_link>(transport_, n->address, timeout);
+            wire::message m;
+            m.header.kind = wire::message_kind::clock;
+            m.header.flags = wire::flag_finish | wire::flag_all_tables;
+            m.header.sender = id();
+            m.header.worker = rank_;
+            m.header.range_begin = 0;
+            m.header.range_end = key_space_end<std::uint64_t>;
+            auto answered = std::make_shared<std::promise<std::error_code>>();
+            answers.push_back(answered->get_future());
+            link->request(std::move(m), [answered](std::error_code ec, wire::message&&) {
+                answered->set_value(ec);
+            });
+            links.push_back(std::move(link));
+        }
+        std::error_code first;
+        for (auto& a : answers) {
+            if (auto ec = a.get(); ec && !first) {
+                first = ec;
+            }
+        }
+        for (auto& l : links) {
+            l->close();
+        }
+        return first;
+    }
+
 private:
     any_transport transport_;
     std::shared_ptr<member> member_;
@@ -78,6 +134,8 @@ private:
     std::uint32_t rank_ = 0;
     std::uint32_t workers_ = 0;
     std::uint32_t servers_ = 0;
+    std::mutex clocks_mutex_;
+    std::map<std::uint32_t, std::shared_ptr<detail::worker_clock>> clocks_;
 };
 
 } // namespace petrel

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petrel/cluster/node.hpp>
+#include <petrel/fwd.hpp>
 #include <petrel/launch/launcher.hpp>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,6 +86,9 @@ struct config {
     /// How long a push, pull or control request may take.  `--request-timeout MS`,
     /// `PETREL_REQUEST_TIMEOUT`.
     std::optional<std::chrono::milliseconds> request_timeout{};
+    /// The remote functions this process's servers run for workers (see
+    /// `kv_store::call`); register the same ones in every process. Only from the program.
+    std::shared_ptr<const function_registry> functions{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -107,6 +112,8 @@ struct settings {
     std::chrono::milliseconds heartbeat_timeout{0};
     std::chrono::milliseconds startup_timeout{0};
     std::chrono::milliseconds request_timeout{0};
+    /// The remote functions of this process's servers (none when null).
+    std::shared_ptr<const function_registry> functions;
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -735,6 +742,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     s.heartbeat_timeout = timeout.value;
     s.startup_timeout = startup.value;
     s.request_timeout = request.value;
+    s.functions = program.functions;
     return s;
 }
 

@@ -140,8 +140,11 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 return std::make_shared<member>(tcp_transport(io.get_executor(), topts), o);
             };
             for (std::uint32_t i = 0; i < s.servers_here; ++i) {
+                server_options so;
+                so.workers = s.workers;
+                so.functions = s.functions;
                 auto server =
-                    std::make_unique<server_node>(tcp_transport(io.get_executor(), topts));
+                    std::make_unique<server_node>(tcp_transport(io.get_executor(), topts), so);
                 const auto bound = server->listen(detail::host_port(s.bind, 0));
                 members.push_back(make_member(
                     node_role::server, i, detail::host_port(s.advertise, detail::port_of(bound))));
@@ -172,6 +175,22 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             }
         }
 
+        // Servers follow the view: a worker that left or failed no longer holds anybody
+        // back in the tables' clocks.
+        std::vector<std::size_t> subscriptions;
+        if (status == run_ok) {
+            for (std::size_t i = 0; i < servers.size(); ++i) {
+                server_node* server = servers[i].get();
+                subscriptions.push_back(members[i]->subscribe([server](const member::view_ptr& v) {
+                    for (const auto* n : v->of_role(node_role::worker)) {
+                        if (n->state != node_state::alive) {
+                            server->depart_worker(n->index);
+                        }
+                    }
+                }));
+            }
+        }
+
         // Work: each worker runs the training code on its own thread, then every node
         // meets at the final barrier, then leaves.
         if (status == run_ok) {
@@ -185,6 +204,13 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                         try {
                             worker_node w(tcp_transport(io.get_executor(), topts), m,
                                           s.request_timeout);
+                            struct finisher {
+                                worker_node& w;
+                                std::chrono::milliseconds timeout;
+                                // Leaves the tables' clocks however fn ends, so that the
+                                // other workers do not wait for this one.
+                                ~finisher() { (void)w.finish(timeout); }
+                            } finish{w, std::min(s.request_timeout, 2 * s.heartbeat_timeout)};
                             fn(w);
                         } catch (const std::exception& e) {
                             failed("worker " + std::to_string(m->id()) +
@@ -229,6 +255,9 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 failed(manager->failure().empty() ? ec.message() : manager->failure());
                 status = run_failed;
             }
+        }
+        for (std::size_t i = 0; i < subscriptions.size(); ++i) {
+            members[i]->unsubscribe(subscriptions[i]);
         }
         for (auto& m : members) {
             m->close();
