@@ -301,7 +301,13 @@ public:
             deps = std::move(clock_->pushes);
             clock_->pushes.clear();
             if (clock_->last_tick.valid()) {
-                deps.push_back(clock_->last_tick);
+                // Follow the last tick once it has completed, successfully or not: a
+                // tick carries an absolute count, so one lost tick (a timeout, a failed
+                // server) does not stop the clock for good.
+                auto [settled, settle] = make_task<void>();
+                clock_->last_tick.on_complete(
+                    [settle = std::move(settle)](std::error_code) { settle.complete({}); });
+                deps.push_back(std::move(settled));
             }
             clock_->last_tick = tick;
             // Reads at this clock and later depend on tick required_clock(n) or newer.
@@ -807,7 +813,17 @@ private:
     static task<void> broadcast(const std::shared_ptr<const placement>& where,
                                 wire::message request) {
         auto [t, done] = make_task<void>();
-        if (!where || where->links.empty()) {
+        // Servers the view declared failed (their links are closed) are skipped.
+        std::vector<std::shared_ptr<detail::request_link>> live;
+        if (where) {
+            for (std::size_t i = 0; i < where->links.size(); ++i) {
+                const auto* n = where->view->find(where->servers[i]);
+                if (!n || n->state == node_state::alive) {
+                    live.push_back(where->links[i]);
+                }
+            }
+        }
+        if (live.empty()) {
             done.complete({});
             return t;
         }
@@ -818,9 +834,9 @@ private:
             task_completer<void> done;
         };
         auto st = std::make_shared<state>();
-        st->remaining = where->links.size();
+        st->remaining = live.size();
         st->done = std::move(done);
-        for (const auto& link : where->links) {
+        for (const auto& link : live) {
             link->request(request, [st](std::error_code ec, wire::message&& reply) {
                 if (!ec && reply.header.kind != wire::message_kind::clock_reply) {
                     ec = errc::bad_message_kind;
@@ -861,7 +877,11 @@ private:
     std::pair<clock_type, task_completer<void>> register_push() {
         auto [settled, settle] = make_task<void>();
         std::lock_guard lock(clock_->mutex);
-        clock_->pushes.push_back(std::move(settled));
+        if constexpr (Consistency::waits) {
+            // Settled pushes need no waiting: keep the list short when clock() is rare.
+            std::erase_if(clock_->pushes, [](const task<void>& p) { return p.ready(); });
+            clock_->pushes.push_back(std::move(settled));
+        }
         return {clock_->current, std::move(settle)};
     }
 

@@ -256,13 +256,12 @@ template <typename Args>
         throw std::invalid_argument("petrel: a remote function's name must have 1 to " +
                                     std::to_string(max_function_name) + " bytes");
     }
-    std::vector<std::byte> out;
     const auto n = static_cast<std::uint32_t>(name.size());
-    for (int i = 0; i < 4; ++i) {
-        out.push_back(static_cast<std::byte>((n >> (8 * i)) & 0xFF));
+    std::vector<std::byte> out(4 + name.size());
+    for (std::size_t i = 0; i < 4; ++i) {
+        out[i] = static_cast<std::byte>((n >> (8 * i)) & 0xFF);
     }
-    const auto* p = reinterpret_cast<const std::byte*>(name.data());
-    out.insert(out.end(), p, p + name.size());
+    std::memcpy(out.data() + 4, name.data(), name.size());
     append_binary(out, args);
     return out;
 }

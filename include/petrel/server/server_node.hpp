@@ -238,6 +238,14 @@ private:
             }
         }
 
+        /// The most clock entries a reply may carry: what fits the header limit peers
+        /// enforce (each entry takes 28 bytes), at most `wire::max_clock_entries`.
+        std::size_t max_entries() const noexcept {
+            const std::uint64_t fit =
+                limits.max_header_bytes > 512 ? (limits.max_header_bytes - 512) / 28 : 0;
+            return static_cast<std::size_t>(std::min<std::uint64_t>(fit, wire::max_clock_entries));
+        }
+
         wire::message reply_to(const wire::message_header& h, wire::message_kind kind) const {
             auto reply = wire::make_reply(h, kind);
             reply.header.sender = opts.node_id;
@@ -299,13 +307,16 @@ private:
             }
             if (ordered) {
                 s->held_bytes += bytes_of(m);
-                s->gate.hold(h.worker, h.clock, range_of(h), waiting{c, std::move(m)});
-                release(*s, out); // already complete when the others have moved on
+                // Acknowledged now: the held push needs no connection any more.
+                s->gate.hold(h.worker, h.clock, range_of(h), waiting{nullptr, std::move(m)});
+                if (s->gate.completed(range_of(h)) > h.clock) {
+                    release(*s, out); // already complete: the others have moved on
+                }
             } else {
                 s->table->apply(m);
             }
             auto reply = reply_to(h, wire::message_kind::push_reply);
-            reply.header.clocks = s->gate.entries(range_of(h), wire::max_clock_entries);
+            reply.header.clocks = s->gate.entries(range_of(h), max_entries());
             out.emplace_back(c, std::move(reply));
         }
 
@@ -375,7 +386,7 @@ private:
             }
             auto reply = reply_to(h, wire::message_kind::clock_reply);
             if (auto it = tables.find(h.table_id); it != tables.end()) {
-                reply.header.clocks = it->second.gate.entries(range_of(h), wire::max_clock_entries);
+                reply.header.clocks = it->second.gate.entries(range_of(h), max_entries());
             }
             out.emplace_back(c, std::move(reply));
         }
@@ -422,7 +433,7 @@ private:
                 return refusal(h, wire::message_kind::pull_reply, ec);
             }
             reply.header.key_count = h.key_count;
-            reply.header.clocks = s.gate.entries(range_of(h), wire::max_clock_entries);
+            reply.header.clocks = s.gate.entries(range_of(h), max_entries());
             return reply;
         }
 
@@ -464,6 +475,12 @@ private:
                     ec = errc::out_of_memory;
                 }
             }
+            if (!ec && result.size() > wire::max_control_bytes) {
+                ec = errc::frame_too_large; // the worker would refuse the reply
+            }
+            if (message.size() > 4096) {
+                message.resize(4096);
+            }
             if (ec) {
                 reply.header.status = status_of(ec);
                 if (!message.empty()) {
@@ -473,7 +490,7 @@ private:
                 return reply;
             }
             reply.set_segment(wire::values_segment, shared_bytes::copy_of(result));
-            reply.header.clocks = s.gate.entries(range_of(h), wire::max_clock_entries);
+            reply.header.clocks = s.gate.entries(range_of(h), max_entries());
             return reply;
         }
     };
