@@ -308,6 +308,81 @@ void consistency_cases(const settings& st, const std::function<bool(const std::s
     }
 }
 
+/// Resident memory of this process, from /proc/self/statm (0 where there is none).
+std::size_t resident_bytes() {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    if (!f) {
+        return 0;
+    }
+    unsigned long pages = 0;
+    unsigned long resident = 0;
+    const int got = std::fscanf(f, "%lu %lu", &pages, &resident);
+    std::fclose(f);
+    return got == 2 ? resident * 4096 : 0;
+}
+
+/// Bytes per stored key of a sparse table of random u64 keys with float values, as the
+/// table counts them and as the process's resident memory grows, against the raw size of
+/// key + value + optimizer state.
+template <typename Updater>
+void sparse_memory_case(const settings& st, const std::string& name, Updater rule) {
+    const std::size_t keys_total = st.quick ? 1'000'000 : 10'000'000;
+    const std::size_t batch = 1'000'000;
+    const std::size_t rss_before = resident_bytes();
+    petrel::detail::table<std::uint64_t, float> table(1, petrel::detail::make_updater<float>(rule),
+                                                      petrel::initializer::zeros(), std::nullopt);
+    std::uint64_t x = 12345;
+    auto next = [&x] {
+        x += 0x9E3779B97F4A7C15ULL;
+        std::uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        return (z ^ (z >> 31)) >> 1; // below the reserved largest key
+    };
+    const auto start = clock_type::now();
+    for (std::size_t done = 0; done < keys_total; done += batch) {
+        std::vector<std::uint64_t> keys(std::min(batch, keys_total - done));
+        for (auto& k : keys) {
+            k = next();
+        }
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+        std::vector<float> values(keys.size(), 0.5f);
+        petrel::wire::message m;
+        m.header.key_count = keys.size();
+        m.set_segment(petrel::wire::keys_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+        m.set_segment(petrel::wire::values_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        table.add(m);
+    }
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    const std::size_t rss_after = resident_bytes();
+    const double n = static_cast<double>(table.size());
+    const double raw = 8.0 + 4.0 * (1.0 + static_cast<double>(table.state_width()));
+    const double counted = static_cast<double>(table.memory_bytes()) / n;
+    petrel_bench::json_line line;
+    line.add("case", name)
+        .add("keys", table.size())
+        .add("updater", std::string(table.update_rule().name()))
+        .add("raw_bytes_per_key", raw)
+        .add("bytes_per_key", counted)
+        .add("ratio_to_raw", counted / raw)
+        .add("rss_bytes_per_key",
+             rss_after > rss_before ? static_cast<double>(rss_after - rss_before) / n : 0.0)
+        .add("inserts_per_second", n / seconds);
+    line.print();
+}
+
+void server_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
+    if (wanted("sparse_memory_sum")) {
+        sparse_memory_case(st, "sparse_memory_sum", petrel::sum{});
+    }
+    if (wanted("sparse_memory_adagrad")) {
+        sparse_memory_case(st, "sparse_memory_adagrad", petrel::adagrad{});
+    }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -329,7 +404,9 @@ int main(int argc, char** argv) {
                                             "straggler_tau4",
                                             "straggler_tau8",
                                             "straggler_eventual",
-                                            "straggler_sequential"};
+                                            "straggler_sequential",
+                                            "sparse_memory_sum",
+                                            "sparse_memory_adagrad"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--quick") {
@@ -364,6 +441,7 @@ int main(int argc, char** argv) {
         raw_cases(st, wanted);
         petrel_cases(st, wanted);
         consistency_cases(st, wanted);
+        server_cases(st, wanted);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "petrel_bench: %s\n", e.what());
         return 1;

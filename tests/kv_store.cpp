@@ -448,3 +448,48 @@ TEMPLATE_TEST_CASE("kv_store: rows spread over three servers come back in the ca
     auto part = kv.pull(some, asio::use_future).get();
     CHECK((part.values() == xt::view(rows, xt::range(0, keys.size(), 2), xt::all())));
 }
+
+TEMPLATE_TEST_CASE("kv_store: range pushes and pulls send runs and match keyed ones", "[kv_store]",
+                   over_tcp, over_inproc) {
+    io_threads io{2};
+    transport_factory<TestType> factory;
+    std::vector<std::unique_ptr<petrel::server_node>> servers;
+    petrel::kv_store_options<std::uint32_t> o;
+    for (int i = 0; i < 3; ++i) {
+        servers.push_back(std::make_unique<petrel::server_node>(factory.make(io.executor())));
+        o.servers.push_back(servers.back()->listen(factory.listen_address()));
+    }
+    o.width = 2;
+    petrel::kv_store<std::uint32_t, double, petrel::eventual> kv(factory.make(io.executor()), o);
+    const petrel::key_range<std::uint32_t> r{5, 5000};
+    xt::xtensor<double, 2> rows({r.size(), 2});
+    for (std::size_t i = 0; i < r.size(); ++i) {
+        rows(i, 0) = static_cast<double>(r.begin + i);
+        rows(i, 1) = -static_cast<double>(i);
+    }
+    kv.push(r, rows, asio::use_future).get();
+    kv.push(r, std::make_shared<xt::xtensor<double, 2>>(rows), asio::use_future).get();
+    std::size_t stored = 0;
+    for (auto& s : servers) {
+        CHECK(s->key_count(0) > 0);
+        stored += s->key_count(0);
+    }
+    CHECK(stored == r.size());
+    const auto got = kv.pull(r, asio::use_future).get();
+    REQUIRE(got.size() == r.size());
+    CHECK(got.keys()(0) == 5u);
+    CHECK(got.keys()(r.size() - 1) == 4999u);
+    CHECK((got.values() == xt::xtensor<double, 2>(2.0 * rows)));
+    // A keyed pull of some of the keys reads the same rows.
+    const std::vector<std::uint32_t> some{5, 64, 65, 4999};
+    const auto keyed = kv.pull(some, asio::use_future).get();
+    CHECK(keyed.values()(2, 0) == 2.0 * 65);
+    CHECK(keyed.values()(3, 1) == -2.0 * (4999 - 5));
+    // A sub-range, an empty range; a wrong shape or the reserved key are refused.
+    const auto sub = kv.pull(petrel::key_range<std::uint32_t>{100, 101}, asio::use_future).get();
+    CHECK(sub.values()(0, 0) == 200.0);
+    CHECK(kv.pull(petrel::key_range<std::uint32_t>{7, 7}, asio::use_future).get().size() == 0);
+    CHECK_THROWS(kv.push(r, xt::xtensor<double, 1>({3}), asio::use_future).get());
+    CHECK_THROWS(
+        kv.pull(petrel::key_range<std::uint32_t>{10, 0xFFFFFFFFu}, asio::use_future).get());
+}

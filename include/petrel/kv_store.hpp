@@ -15,6 +15,8 @@
 #include <petrel/core/kv_pairs.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/fwd.hpp>
+#include <petrel/server/checkpoint.hpp>
+#include <petrel/server/detail/checkpoint_call.hpp>
 #include <petrel/server/remote_function.hpp>
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/transport/detail/request_link.hpp>
@@ -280,6 +282,49 @@ public:
             token, std::move(p));
     }
 
+    /// Adds `values` (shape `[n]` or `[n, width]` with n = `range.size()`, any xtensor
+    /// expression) to the rows of every key of `range`. No key list is built or sent:
+    /// each server gets its runs of the range as pairs of keys. Completion signature:
+    /// `void(std::error_code)`.
+    ///
+    /// @par Example
+    /// @code
+    /// xt::xtensor<float, 1> grad = ...;   // one value per key of [0, n)
+    /// kv.push(petrel::key_range<std::uint32_t>{0, n}, grad, asio::use_future).get();
+    /// @endcode
+    template <typename E, typename CompletionToken>
+    auto push(key_range<Key> range, const xt::xexpression<E>& values, CompletionToken&& token) {
+        prepared p = prepare_range(range, false);
+        if (!p.error) {
+            p.error = copy_values(values.derived_cast(), p);
+        }
+        return initiate_push(std::move(p), std::forward<CompletionToken>(token));
+    }
+
+    /// As above, sharing `values` instead of copying them (see the keyed overload).
+    template <typename Container, typename CompletionToken>
+    requires detail::contiguous_values<Value, Container>
+    auto push(key_range<Key> range, std::shared_ptr<Container> values, CompletionToken&& token) {
+        prepared p = prepare_range(range, false);
+        if (!p.error) {
+            p.error = share_values(std::move(values), p);
+        }
+        return initiate_push(std::move(p), std::forward<CompletionToken>(token));
+    }
+
+    /// Reads the rows of every key of `range` (keys never pushed read as the table's
+    /// initial values). Completion signature:
+    /// `void(std::error_code, kv_pairs<Key, Value>)`.
+    template <typename CompletionToken>
+    auto pull(key_range<Key> range, CompletionToken&& token) {
+        prepared p = prepare_range(range, true);
+        return asio::async_initiate<CompletionToken, void(std::error_code, kv_pairs<Key, Value>)>(
+            [this](auto handler, prepared p) {
+                this->start_pull(std::move(handler), std::move(p));
+            },
+            token, std::move(p));
+    }
+
     /// This worker's clock on the table: the iterations it has completed (`clock()`
     /// calls, counted over every store of this worker and table).
     [[nodiscard]] clock_type current_clock() const {
@@ -384,9 +429,6 @@ public:
         } catch (const std::exception&) {
             c.error = errc::invalid_argument;
         }
-        if (!c.error && (name.empty() || name.size() > max_function_name)) {
-            c.error = errc::invalid_argument;
-        }
         return asio::async_initiate<CompletionToken, void(std::error_code, std::vector<Result>)>(
             [this](auto handler, prepared_call c) {
                 this->template start_call<Result>(std::move(handler), std::move(c));
@@ -399,6 +441,34 @@ public:
     auto call(key_range<Key> range, const typename F::args_type& args, CompletionToken&& token) {
         return call<typename F::result_type>(std::string_view(F::name), range, args,
                                              std::forward<CompletionToken>(token));
+    }
+
+    /// Saves this table to the checkpoint directory `dir`: every server writes its rows
+    /// (values and optimizer state) to `dir/table-<id>/shard-<server>.bin`, then this store
+    /// writes `dir/table-<id>/manifest.json` with the table's shape, the shards' sizes and
+    /// checksums, and the clock of the cut. A job restores it with `--restore dir`
+    /// (`config::restore`), also onto another number of servers.
+    ///
+    /// The servers save once the table's clocks allow a pull at this worker's clock. Under
+    /// `sequential`, called between iterations (after `clock()`, before the next push) by
+    /// one worker, it is a consistent cut: every push of the earlier clocks is in, no later
+    /// one. The directory must be shared by the servers and this worker (one host, or a
+    /// shared file system). Completion signature: `void(std::error_code)`;
+    /// `errc::checkpoint_failed` when a file could not be written (the log says why).
+    ///
+    /// @par Example
+    /// @code
+    /// if (worker.rank() == 0 && kv.current_clock() % 100 == 0) {
+    ///     kv.save("/shared/ckpt", asio::use_future).get();
+    /// }
+    /// @endcode
+    template <typename CompletionToken>
+    auto save(std::string dir, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this](auto handler, std::string dir) {
+                this->start_save(std::move(handler), std::move(dir));
+            },
+            token, std::move(dir));
     }
 
     /// Completes every waiting operation with `errc::shut_down` and closes the
@@ -430,9 +500,11 @@ private:
     /// A request checked and copied into pooled buffers before the call returns.
     struct prepared {
         std::error_code error;
-        shared_bytes keys;
+        shared_bytes keys; // a range push has none
         shared_bytes values;
         std::size_t count = 0;
+        /// A range request: every key of `range`, sent as runs.
+        std::optional<key_range<Key>> range;
     };
 
     /// Consecutive keys [first, first + count) of a request.
@@ -449,8 +521,9 @@ private:
         std::shared_ptr<const membership_view> view; // names the server in failure reports
         std::vector<run> runs;
         std::size_t count = 0;
-        shared_bytes keys;
+        shared_bytes keys; // the keys, or (key_runs) pairs [begin, end) of key runs
         shared_bytes values;
+        bool key_runs = false;
     };
 
     /// Where keys go under one view: a link per server and each partition's server.
@@ -558,6 +631,30 @@ private:
             token, std::move(p));
     }
 
+    /// A range request: every key of `range`; `with_keys` lists them for the result.
+    prepared prepare_range(key_range<Key> range, bool with_keys) {
+        prepared p;
+        p.count = range.size();
+        p.range = range;
+        if (range.end == key_space_end<Key> && !range.empty()) {
+            p.error = errc::key_out_of_range; // the largest key is reserved
+            return p;
+        }
+        if (with_keys && p.count > 0) {
+            if (p.count > transport_.options().limits.max_frame_bytes / sizeof(Key)) {
+                p.error = errc::frame_too_large;
+                return p;
+            }
+            pooled_buffer buf = transport_.pool()->acquire(p.count * sizeof(Key));
+            Key* k = buf.template as<Key>();
+            for (std::size_t i = 0; i < p.count; ++i) {
+                k[i] = static_cast<Key>(range.begin + i);
+            }
+            p.keys = buf.share();
+        }
+        return p;
+    }
+
     prepared prepare(std::span<const Key> keys) {
         prepared p;
         p.count = keys.size();
@@ -640,31 +737,43 @@ private:
     /// `errc::frame_too_large` when a slice's push or pull reply would exceed the frame
     /// limit the peers enforce (our own limit).
     std::error_code split(const prepared& p, bool with_values, std::vector<slice>& slices) const {
-        std::shared_ptr<const placement> where;
-        {
-            std::lock_guard lock(mutex_);
-            where = placement_;
-        }
-        const auto keys = p.keys.template as<Key>();
+        const auto where = current_placement();
         const auto& r = where->view->ring;
         std::vector<std::vector<run>> runs(where->links.size());
         std::vector<std::size_t> counts(where->links.size(), 0);
-        std::uint64_t stripe = ~std::uint64_t{0};
-        std::uint32_t slot = 0;
         std::size_t last_slot = ~std::size_t{0};
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-            const std::uint64_t st = r.stripe_of(keys[i]);
-            if (st != stripe) {
-                stripe = st;
-                slot = where->partition_slot[r.partition_of_stripe(st)];
-            }
+        auto add = [&](std::uint32_t slot, std::size_t first, std::size_t n) {
             if (slot == last_slot) {
-                ++runs[slot].back().count;
+                runs[slot].back().count += n;
             } else {
-                runs[slot].push_back({i, 1});
+                runs[slot].push_back({first, n});
                 last_slot = slot;
             }
-            ++counts[slot];
+            counts[slot] += n;
+        };
+        if (p.range) {
+            // Stripe by stripe: no work per key.
+            const std::uint64_t width = r.options().stripe_keys;
+            for (std::uint64_t k = p.range->begin; k < p.range->end;) {
+                const std::uint64_t st = r.stripe_of(static_cast<Key>(k));
+                const std::uint64_t stop = std::min<std::uint64_t>(p.range->end, (st + 1) * width);
+                add(where->partition_slot[r.partition_of_stripe(st)],
+                    static_cast<std::size_t>(k - p.range->begin),
+                    static_cast<std::size_t>(stop - k));
+                k = stop;
+            }
+        } else {
+            const auto keys = p.keys.template as<Key>();
+            std::uint64_t stripe = ~std::uint64_t{0};
+            std::uint32_t slot = 0;
+            for (std::size_t i = 0; i < keys.size(); ++i) {
+                const std::uint64_t st = r.stripe_of(keys[i]);
+                if (st != stripe) {
+                    stripe = st;
+                    slot = where->partition_slot[r.partition_of_stripe(st)];
+                }
+                add(slot, i, 1);
+            }
         }
         const std::uint64_t max_frame = transport_.options().limits.max_frame_bytes;
         const std::size_t row = opts_.width * sizeof(Value);
@@ -681,7 +790,29 @@ private:
             sl.server = where->servers[s];
             sl.view = where->view;
             sl.count = n;
-            if (runs[s].size() == 1) {
+            if (p.range) {
+                // The keys as pairs [begin, end) of runs; the values as for a key list.
+                sl.key_runs = true;
+                pooled_buffer kb = transport_.pool()->acquire(2 * runs[s].size() * sizeof(Key));
+                Key* k = kb.template as<Key>();
+                for (const auto& ru : runs[s]) {
+                    *k++ = static_cast<Key>(p.range->begin + ru.first);
+                    *k++ = static_cast<Key>(p.range->begin + ru.first + ru.count);
+                }
+                sl.keys = kb.share();
+                if (with_values && runs[s].size() == 1) {
+                    sl.values = p.values.subspan(runs[s][0].first * row, n * row);
+                } else if (with_values) {
+                    pooled_buffer vb = transport_.pool()->acquire(n * row);
+                    std::size_t at = 0;
+                    for (const auto& ru : runs[s]) {
+                        std::memcpy(vb.data() + at * row, p.values.data() + ru.first * row,
+                                    ru.count * row);
+                        at += ru.count;
+                    }
+                    sl.values = vb.share();
+                }
+            } else if (runs[s].size() == 1) {
                 const auto first = runs[s][0].first;
                 sl.keys = p.keys.subspan(first * sizeof(Key), n * sizeof(Key));
                 if (with_values) {
@@ -733,8 +864,12 @@ private:
         auto& h = m.header;
         const auto keys = s.keys.template as<Key>();
         h.range_begin = keys.front();
-        h.range_end = static_cast<std::uint64_t>(keys.back()) + 1; // keys < key_space_end
+        // Keys < key_space_end; a run's end is at most key_space_end.
+        h.range_end = static_cast<std::uint64_t>(keys.back()) + (s.key_runs ? 0 : 1);
         h.key_count = s.count;
+        if (s.key_runs) {
+            h.flags |= wire::flag_key_runs;
+        }
         m.set_segment(wire::keys_segment, s.keys);
         if (kind == wire::message_kind::push) {
             m.set_segment(wire::values_segment, s.values);
@@ -812,7 +947,6 @@ private:
     /// answered (with the first error).
     static task<void> broadcast(const std::shared_ptr<const placement>& where,
                                 wire::message request) {
-        auto [t, done] = make_task<void>();
         // Servers the view declared failed (their links are closed) are skipped.
         std::vector<std::shared_ptr<detail::request_link>> live;
         if (where) {
@@ -823,36 +957,19 @@ private:
                 }
             }
         }
-        if (live.empty()) {
-            done.complete({});
-            return t;
-        }
-        struct state {
-            std::mutex mutex;
-            std::size_t remaining;
-            std::error_code error;
-            task_completer<void> done;
-        };
-        auto st = std::make_shared<state>();
-        st->remaining = live.size();
-        st->done = std::move(done);
+        std::vector<task<void>> answers;
         for (const auto& link : live) {
-            link->request(request, [st](std::error_code ec, wire::message&& reply) {
+            auto [answer, completer] = make_task<void>();
+            link->request(request, [answered = std::move(completer)](std::error_code ec,
+                                                                     wire::message&& reply) {
                 if (!ec && reply.header.kind != wire::message_kind::clock_reply) {
                     ec = errc::bad_message_kind;
                 }
-                std::unique_lock lock(st->mutex);
-                if (ec && !st->error) {
-                    st->error = ec;
-                }
-                if (--st->remaining == 0) {
-                    const auto error = st->error;
-                    lock.unlock();
-                    st->done.complete(error);
-                }
+                answered.complete(ec);
             });
+            answers.push_back(std::move(answer));
         }
-        return t;
+        return when_all(answers); // complete at once when there is nobody to tell
     }
 
     /// The clock of the calling worker now, and the read requirement that goes with it.
@@ -929,22 +1046,34 @@ private:
         }
     }
 
-    /// Sends `send()` now, or once the worker's own tick `own` has completed (failing
-    /// the operation through `fail` if that tick failed).
-    template <typename Send, typename Fail>
-    static void when_gate_open(task<void> own, Send send, Fail fail) {
+    /// A request ready to go, with what to do with its reply.
+    struct outgoing {
+        std::shared_ptr<detail::request_link> link;
+        wire::message message;
+        detail::reply_callback on_reply;
+    };
+
+    /// Sends `requests` now, or once the worker's own tick `own` has completed; if that
+    /// tick failed, sends nothing and calls `fail` with its error.
+    template <typename Fail>
+    static void send_when_gate_open(task<void> own, std::vector<outgoing> requests, Fail fail) {
+        auto send = [](std::vector<outgoing>& rs) {
+            for (auto& r : rs) {
+                r.link->request(std::move(r.message), std::move(r.on_reply));
+            }
+        };
         if (!own.valid()) {
-            send();
+            send(requests);
             return;
         }
-        own.on_complete(
-            [send = std::move(send), fail = std::move(fail)](std::error_code ec) mutable {
-                if (ec) {
-                    fail(ec);
-                } else {
-                    send();
-                }
-            });
+        auto held = std::make_shared<std::vector<outgoing>>(std::move(requests));
+        own.on_complete([held, send, fail = std::move(fail)](std::error_code ec) {
+            if (ec) {
+                fail(ec);
+            } else {
+                send(*held);
+            }
+        });
     }
 
     template <typename Handler>
@@ -975,65 +1104,108 @@ private:
         }
         const bool one = slices.size() == 1;
         auto [required, own] = read_gate();
-        std::vector<std::pair<std::shared_ptr<detail::request_link>, wire::message>> requests;
-        std::vector<std::function<void(std::error_code, wire::message &&)>> callbacks;
+        std::vector<outgoing> requests;
         for (auto& s : slices) {
             auto request = make_request(wire::message_kind::pull, s);
             request.header.clock = required;
-            requests.emplace_back(s.link, std::move(request));
-            callbacks.push_back([join, runs = std::move(s.runs), count = s.count, row, one,
-                                 keys = p.keys, width = opts_.width, report = failure_report(s)](
-                                    std::error_code ec, wire::message&& m) {
-                report(ec);
-                if (!ec && (m.header.kind != wire::message_kind::pull_reply ||
-                            m.header.key_count != count || m.header.width != width ||
-                            m.header.value_type != wire::scalar_type_of<Value> ||
-                            m.values().size() != count * row)) {
-                    ec = errc::value_count_mismatch;
-                }
-                if (!ec) {
-                    if (one) {
-                        join->single = m.values();
-                    } else {
-                        std::size_t at = 0;
-                        for (const auto& ru : runs) {
-                            std::memcpy(join->gathered.data() + ru.first * row,
-                                        m.values().data() + at * row, ru.count * row);
-                            at += ru.count;
-                        }
-                    }
-                }
-                if (join->arrive(ec, ec ? nullptr : &m.header.clocks)) {
-                    auto d = join->take();
-                    if (!d) {
-                        return; // cancelled
-                    }
-                    if (join->error) {
-                        std::move(*d).dispatch(join->error, result_type{});
-                        return;
-                    }
-                    auto values = one ? join->single : join->gathered.share();
-                    result_type out(keys, std::move(values), width);
-                    out.set_clocks(std::move(join->clocks));
-                    std::move(*d).dispatch(std::error_code{}, std::move(out));
-                }
-            });
+            requests.push_back(
+                {s.link, std::move(request),
+                 [join, runs = std::move(s.runs), count = s.count, row, one, keys = p.keys,
+                  width = opts_.width,
+                  report = failure_report(s)](std::error_code ec, wire::message&& m) {
+                     report(ec);
+                     if (!ec && (m.header.kind != wire::message_kind::pull_reply ||
+                                 m.header.key_count != count || m.header.width != width ||
+                                 m.header.value_type != wire::scalar_type_of<Value> ||
+                                 m.values().size() != count * row)) {
+                         ec = errc::value_count_mismatch;
+                     }
+                     if (!ec) {
+                         if (one) {
+                             join->single = m.values();
+                         } else {
+                             std::size_t at = 0;
+                             for (const auto& ru : runs) {
+                                 std::memcpy(join->gathered.data() + ru.first * row,
+                                             m.values().data() + at * row, ru.count * row);
+                                 at += ru.count;
+                             }
+                         }
+                     }
+                     if (join->arrive(ec, ec ? nullptr : &m.header.clocks)) {
+                         auto d = join->take();
+                         if (!d) {
+                             return; // cancelled
+                         }
+                         if (join->error) {
+                             std::move(*d).dispatch(join->error, result_type{});
+                             return;
+                         }
+                         auto values = one ? join->single : join->gathered.share();
+                         result_type out(keys, std::move(values), width);
+                         out.set_clocks(std::move(join->clocks));
+                         std::move(*d).dispatch(std::error_code{}, std::move(out));
+                     }
+                 }});
         }
-        auto shared_requests = std::make_shared<decltype(requests)>(std::move(requests));
-        auto shared_callbacks = std::make_shared<decltype(callbacks)>(std::move(callbacks));
-        when_gate_open(
-            std::move(own),
-            [shared_requests, shared_callbacks] {
-                for (std::size_t i = 0; i < shared_requests->size(); ++i) {
-                    auto& [link, m] = (*shared_requests)[i];
-                    link->request(std::move(m), std::move((*shared_callbacks)[i]));
+        send_when_gate_open(std::move(own), std::move(requests), [join](std::error_code ec) {
+            if (auto d = join->take()) {
+                std::move(*d).dispatch(ec, result_type{});
+            }
+        });
+    }
+
+    template <typename Handler>
+    void start_save(Handler handler, std::string dir) {
+        detail::completion done(std::move(handler), transport_.get_executor());
+        const clock_type cut = read_gate().first;
+        auto finish = [done = std::move(done), dir, cut, table = opts_.table_id,
+                       width = opts_.width, log = log_, self = opts_.node_id](
+                          std::error_code ec, std::vector<detail::saved_shard> shards) mutable {
+            if (!ec) {
+                try {
+                    write_manifest(dir, cut, table, width, shards);
+                } catch (const std::exception& e) {
+                    if (log) {
+                        log(log_level::error, "petrel worker " + std::to_string(self) +
+                                                  ": checkpoint failed: " + e.what());
+                    }
+                    ec = errc::checkpoint_failed;
                 }
-            },
-            [join](std::error_code ec) {
-                if (auto d = join->take()) {
-                    std::move(*d).dispatch(ec, result_type{});
-                }
-            });
+            }
+            std::move(done).dispatch(ec);
+        };
+        call<detail::saved_shard>(detail::checkpoint_call, key_range<Key>{0, key_space_end<Key>},
+                                  dir, std::move(finish));
+    }
+
+    static void write_manifest(const std::string& dir, clock_type cut, std::uint32_t table,
+                               std::size_t width, std::vector<detail::saved_shard>& shards) {
+        if (shards.empty()) {
+            throw std::runtime_error("no server answered");
+        }
+        std::sort(shards.begin(), shards.end(),
+                  [](const auto& a, const auto& b) { return a.shard.server < b.shard.server; });
+        checkpoint_manifest m;
+        m.table_id = table;
+        m.key_type = wire::scalar_type_of<Key>;
+        m.value_type = wire::scalar_type_of<Value>;
+        m.width = static_cast<std::uint32_t>(width);
+        m.state_width = shards.front().state_width;
+        m.updater = shards.front().updater;
+        m.dense = shards.front().dense;
+        m.dense_begin = shards.front().dense_begin;
+        m.dense_end = shards.front().dense_end;
+        m.clock = cut;
+        for (const auto& s : shards) {
+            if (s.state_width != m.state_width || s.updater != m.updater || s.dense != m.dense) {
+                throw std::runtime_error("the servers hold table " + std::to_string(table) +
+                                         " with different update rules ('" + m.updater + "' and '" +
+                                         s.updater + "')");
+            }
+            m.shards.push_back(s.shard);
+        }
+        detail::write_manifest(detail::table_dir(dir, table), m);
     }
 
     /// A remote function call checked and encoded before the call returns.
@@ -1087,7 +1259,7 @@ private:
         join->out.resize(slots.size());
         cancel_with(slot, join, results{});
         auto [required, own] = read_gate();
-        auto sends = std::make_shared<std::vector<std::function<void()>>>();
+        std::vector<outgoing> requests;
         for (std::size_t i = 0; i < slots.size(); ++i) {
             wire::message m = blank_request(wire::message_kind::call);
             auto& h = m.header;
@@ -1126,23 +1298,13 @@ private:
                     }
                 }
             };
-            sends->push_back(
-                [link = where->links[slots[i]], m = std::move(m), cb = std::move(cb)]() mutable {
-                    link->request(std::move(m), std::move(cb));
-                });
+            requests.push_back({where->links[slots[i]], std::move(m), std::move(cb)});
         }
-        when_gate_open(
-            std::move(own),
-            [sends] {
-                for (auto& f : *sends) {
-                    f();
-                }
-            },
-            [join](std::error_code ec) {
-                if (auto d = join->take()) {
-                    std::move(*d).dispatch(ec, results{});
-                }
-            });
+        send_when_gate_open(std::move(own), std::move(requests), [join](std::error_code ec) {
+            if (auto d = join->take()) {
+                std::move(*d).dispatch(ec, results{});
+            }
+        });
     }
 
     any_transport transport_;

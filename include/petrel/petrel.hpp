@@ -25,8 +25,12 @@
 #include <petrel/consistency/policy.hpp>
 #include <petrel/consistency/task.hpp>
 
+#include <petrel/server/checkpoint.hpp>
+#include <petrel/server/initializer.hpp>
 #include <petrel/server/remote_function.hpp>
 #include <petrel/server/server_node.hpp>
+#include <petrel/server/table_registry.hpp>
+#include <petrel/server/updater.hpp>
 
 #include <petrel/cluster/manager_node.hpp>
 #include <petrel/cluster/member.hpp>

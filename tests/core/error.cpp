@@ -22,7 +22,7 @@ const std::vector<errc> all_errors{
     errc::remote_error,        errc::handler_failed,      errc::out_of_memory,
     errc::node_failed,         errc::job_mismatch,        errc::job_full,
     errc::manager_unreachable, errc::backlog_full,        errc::unknown_worker,
-    errc::too_many_tables,     errc::unknown_function,
+    errc::too_many_tables,     errc::unknown_function,    errc::checkpoint_failed,
 };
 
 } // namespace

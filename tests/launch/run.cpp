@@ -8,11 +8,17 @@
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -440,4 +446,158 @@ TEST_CASE("run: nodes in separate network namespaces bind and advertise their ow
         INFO(p->output());
         CHECK(p->exit_code() == 0);
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints: a consistent cut under sequential, restored onto another number of servers.
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::uint64_t ckpt_dense_keys = 3000;
+constexpr int ckpt_iterations = 12;
+
+/// A dense table with Adam (state per key) and a sparse one with FTRL.
+std::shared_ptr<const petrel::table_registry> ckpt_tables() {
+    petrel::table_registry t;
+    t.add<std::uint64_t, float>(0,
+                                {.dense = petrel::key_range<std::uint64_t>{0, ckpt_dense_keys},
+                                 .init = petrel::initializer::normal(0.0, 0.5, 3),
+                                 .aggregate = petrel::aggregation::mean},
+                                petrel::adam{.eta = 0.01});
+    t.add<std::uint64_t, float>(1, {.width = 2}, petrel::ftrl{.alpha = 0.5, .l1 = 0.01});
+    return std::make_shared<const petrel::table_registry>(std::move(t));
+}
+
+struct ckpt_result {
+    std::mutex mutex;
+    std::vector<float> dense;
+    std::vector<float> sparse;
+    std::uint64_t started_at = 0;
+};
+
+/// Trains both tables from the checkpoint's clock (0 without one) to `ckpt_iterations`;
+/// worker 0 saves both tables after clock `save_at` when `save_to` is set.
+void ckpt_train(petrel::worker_node& w, ckpt_result& out, int save_at, const std::string& save_to) {
+    petrel::kv_store<std::uint64_t, float, petrel::sequential> dense(w, {.table_id = 0});
+    petrel::kv_store<std::uint64_t, float, petrel::sequential> sparse(w,
+                                                                      {.table_id = 1, .width = 2});
+    std::uint64_t start = 0;
+    if (!w.restored_from().empty()) {
+        start = petrel::read_checkpoint(w.restored_from(), 0).clock;
+    }
+    const petrel::key_range<std::uint64_t> all{0, ckpt_dense_keys};
+    for (std::uint64_t it = start; it < ckpt_iterations; ++it) {
+        const auto weights = dense.pull(all, asio::use_future).get();
+        xt::xtensor<float, 1> grad = weights.values();
+        for (std::size_t k = 0; k < grad.size(); ++k) {
+            grad(k) = grad(k) - std::sin(float(k + w.rank() + it)); // toward a moving target
+        }
+        std::vector<std::uint64_t> keys;
+        for (std::uint64_t i = 0; i < 50; ++i) {
+            keys.push_back(mix(it * 7 + w.rank() * 1000 + i) >> 8);
+        }
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+        const auto rows = sparse.pull(keys, asio::use_future).get();
+        xt::xtensor<float, 2> g = rows.values() - 0.25f;
+        dense.push(all, grad, asio::use_future).get();
+        sparse.push(keys, g, asio::use_future).get();
+        dense.clock();
+        sparse.clock();
+        if (static_cast<int>(it + 1) == save_at && w.rank() == 0 && !save_to.empty()) {
+            dense.save(save_to, asio::use_future).get();
+            sparse.save(save_to, asio::use_future).get();
+        }
+    }
+    const auto final_dense = dense.pull(all, asio::use_future).get();
+    std::vector<std::uint64_t> probe;
+    for (std::uint64_t i = 0; i < 4000; ++i) {
+        probe.push_back(mix(i) >> 8);
+    }
+    std::sort(probe.begin(), probe.end());
+    probe.erase(std::unique(probe.begin(), probe.end()), probe.end());
+    const auto final_sparse = sparse.pull(probe, asio::use_future).get();
+    if (w.rank() == 0) {
+        std::lock_guard lock(out.mutex);
+        out.dense.assign(final_dense.value_span().begin(), final_dense.value_span().end());
+        out.sparse.assign(final_sparse.value_span().begin(), final_sparse.value_span().end());
+        out.started_at = start;
+    }
+}
+
+petrel::config ckpt_job(std::uint32_t servers, std::string restore = {}) {
+    petrel::config cfg = quick_heartbeats();
+    cfg.servers = servers;
+    cfg.workers = 3;
+    cfg.request_timeout = 20000ms;
+    cfg.tables = ckpt_tables();
+    if (!restore.empty()) {
+        cfg.restore = std::move(restore);
+    }
+    return cfg;
+}
+
+/// A fresh directory under the system's temporary directory, removed at the end.
+struct scratch_dir {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() /
+        ("petrel-ckpt-" + std::to_string(::getpid()) + "-" +
+         std::to_string(
+             mix(std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()))));
+    scratch_dir() { std::filesystem::create_directories(path); }
+    ~scratch_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
+
+} // namespace
+
+TEST_CASE("run: train, checkpoint, stop, restore on more servers, continue: bitwise the same",
+          "[checkpoint]") {
+    scratch_dir dir;
+    ckpt_result straight;
+    REQUIRE(petrel::run(ckpt_job(2), [&](petrel::worker_node& w) {
+                ckpt_train(w, straight, 5, dir.path.string());
+            }) == petrel::run_ok);
+    REQUIRE(straight.dense.size() == ckpt_dense_keys);
+    const auto manifest = petrel::read_checkpoint(dir.path, 0);
+    CHECK(manifest.clock == 5);
+    CHECK(manifest.updater == "adam");
+    CHECK(manifest.shards.size() == 2);
+    CHECK(petrel::read_checkpoint(dir.path, 1).updater == "ftrl");
+
+    // The job stopped; a new one restores onto 3 servers and continues from clock 5.
+    ckpt_result resumed;
+    REQUIRE(petrel::run(ckpt_job(3, dir.path.string()), [&](petrel::worker_node& w) {
+                ckpt_train(w, resumed, -1, {});
+            }) == petrel::run_ok);
+    CHECK(resumed.started_at == 5);
+    REQUIRE(resumed.dense.size() == straight.dense.size());
+    REQUIRE(resumed.sparse.size() == straight.sparse.size());
+    CHECK(std::memcmp(resumed.dense.data(), straight.dense.data(),
+                      straight.dense.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(resumed.sparse.data(), straight.sparse.data(),
+                      straight.sparse.size() * sizeof(float)) == 0);
+    // Some sparse weights moved away from zero, so the comparison means something.
+    CHECK(std::count_if(straight.sparse.begin(), straight.sparse.end(),
+                        [](float v) { return v != 0.0f; }) > 100);
+
+    // A corrupted shard is refused, naming the file; the job does not start.
+    const auto shard = dir.path / "table-0" / manifest.shards[1].file;
+    {
+        std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(100);
+        f.put('\x5a');
+    }
+    ckpt_result refused;
+    petrel::config cfg = ckpt_job(2, dir.path.string());
+    petrel::test::log_capture log;
+    CHECK(petrel::run(
+              cfg, [&](petrel::worker_node& w) { ckpt_train(w, refused, -1, {}); }, log.logger()) ==
+          petrel::run_failed);
+    CHECK(refused.dense.empty());
+    INFO(log.all());
+    CHECK(log.all().find(shard.string()) != std::string::npos);
 }

@@ -5,8 +5,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <petrel/kv_store.hpp>
+
+#include <asio/use_future.hpp>
+#include <xtensor/xtensor.hpp>
+
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <future>
 #include <limits>
 #include <map>
@@ -16,6 +23,8 @@
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using petrel::errc;
@@ -395,4 +404,144 @@ TEST_CASE("server_node: several connections share the tables", "[server]") {
     // `second` must outlive the handlers of `other`: wait until its close was reported.
     auto done = second.closed.get_future();
     REQUIRE(done.wait_for(timeout) == std::future_status::ready);
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints: restore checks everything before it replaces anything.
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+/// A fresh directory under the system's temporary directory, removed at the end.
+struct ckpt_dir {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() /
+        ("petrel-server-ckpt-" + std::to_string(::getpid()) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    ckpt_dir() { std::filesystem::create_directories(path); }
+    ~ckpt_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
+
+std::shared_ptr<const petrel::table_registry> adagrad_table() {
+    petrel::table_registry t;
+    t.add<std::uint64_t, float>(4, {.width = 2}, petrel::adagrad{.eta = 0.5});
+    return std::make_shared<const petrel::table_registry>(std::move(t));
+}
+
+/// Two servers (ids 1 and 2) with table 4 trained a little, saved to `dir`.
+void save_two_servers(const std::filesystem::path& dir, std::vector<std::uint64_t>& keys) {
+    io_threads io{2};
+    petrel::server_node s1(petrel::tcp_transport(io.executor()),
+                           {.node_id = 1, .tables = adagrad_table()});
+    petrel::server_node s2(petrel::tcp_transport(io.executor()),
+                           {.node_id = 2, .tables = adagrad_table()});
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {s1.listen("127.0.0.1:0"), s2.listen("127.0.0.1:0")};
+    o.table_id = 4;
+    o.width = 2;
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(io.executor()), o);
+    keys.clear();
+    for (std::uint64_t k = 0; k < 5000; k += 3) {
+        keys.push_back(k * 977);
+    }
+    xt::xtensor<float, 2> g = xt::ones<float>({keys.size(), std::size_t{2}});
+    kv.push(keys, g, asio::use_future).get();
+    kv.push(keys, g, asio::use_future).get();
+    kv.save(dir.string(), asio::use_future).get();
+}
+
+} // namespace
+
+TEST_CASE("server_node: restore loads a checkpoint onto one server, or refuses it whole",
+          "[checkpoint]") {
+    ckpt_dir dir;
+    std::vector<std::uint64_t> keys;
+    save_two_servers(dir.path, keys);
+    const auto manifest = petrel::read_checkpoint(dir.path, 4);
+    REQUIRE(manifest.shards.size() == 2);
+    CHECK(manifest.updater == "adagrad");
+    CHECK(manifest.state_width == 2);
+
+    io_threads io{2};
+    // Onto one server: every row, values and state.
+    petrel::server_node one(petrel::tcp_transport(io.executor()), {.tables = adagrad_table()});
+    one.restore(dir.path);
+    CHECK(one.key_count(4) == keys.size());
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {one.listen("127.0.0.1:0")};
+    o.table_id = 4;
+    o.width = 2;
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(io.executor()), o);
+    const auto w = kv.pull(keys, asio::use_future).get();
+    // Two adagrad steps of g = 1 from 0: -0.5 (1/1) - 0.5 (1/sqrt 2).
+    const float expected = -0.5f - 0.5f / std::sqrt(2.0f);
+    CHECK(w.values()(0, 0) == Approx(expected));
+    CHECK(w.values()(keys.size() - 1, 1) == Approx(expected));
+    // The state came along: a third step uses n = 3.
+    kv.push(keys, xt::xtensor<float, 2>(xt::ones<float>({keys.size(), std::size_t{2}})),
+            asio::use_future)
+        .get();
+    CHECK(kv.pull(keys, asio::use_future).get().values()(3, 0) ==
+          Approx(expected - 0.5f / std::sqrt(3.0f)));
+
+    // A declaration that does not match: refused, naming the manifest; nothing changes.
+    petrel::table_registry other;
+    other.add<std::uint64_t, float>(4, {.width = 2}, petrel::adam{});
+    petrel::server_node mismatched(
+        petrel::tcp_transport(io.executor()),
+        {.tables = std::make_shared<const petrel::table_registry>(std::move(other))});
+    try {
+        mismatched.restore(dir.path);
+        FAIL("restored a checkpoint its declaration does not match");
+    } catch (const petrel::checkpoint_error& e) {
+        CHECK(std::string(e.what()).find("manifest.json") != std::string::npos);
+        CHECK(std::string(e.what()).find("adagrad") != std::string::npos);
+    }
+    CHECK(mismatched.key_count(4) == 0);
+
+    // A truncated shard: refused naming that file; the server keeps what it had.
+    const auto shard = dir.path / "table-4" / manifest.shards[1].file;
+    std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
+    try {
+        one.restore(dir.path);
+        FAIL("restored a truncated shard");
+    } catch (const petrel::checkpoint_error& e) {
+        CHECK(std::string(e.what()).find(shard.string()) != std::string::npos);
+    }
+    CHECK(one.key_count(4) == keys.size());
+
+    // No manifest: the checkpoint is incomplete.
+    std::filesystem::remove(dir.path / "table-4" / "manifest.json");
+    CHECK_THROWS_AS(one.restore(dir.path), petrel::checkpoint_error);
+    CHECK_THROWS_AS(one.restore(dir.path / "missing"), petrel::checkpoint_error);
+}
+
+TEST_CASE("server_node: a save by servers that share an id fails, naming the problem",
+          "[checkpoint]") {
+    ckpt_dir dir;
+    petrel::test::log_capture log; // the servers' and the worker's
+    io_threads io{2};
+    petrel::transport_options topts;
+    topts.log = log.logger();
+    petrel::server_node s1(petrel::tcp_transport(io.executor(), topts));
+    petrel::server_node s2(petrel::tcp_transport(io.executor(), topts));
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {s1.listen("127.0.0.1:0"), s2.listen("127.0.0.1:0")};
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(io.executor(), topts), o);
+    const std::vector<std::uint64_t> keys{1, 2, 3, 1000, 100000};
+    kv.push(keys, xt::xtensor<float, 1>(xt::ones<float>({keys.size()})), asio::use_future).get();
+    try {
+        kv.save(dir.path.string(), asio::use_future).get();
+        FAIL("saved two shards under one name");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == errc::checkpoint_failed);
+    }
+    CHECK(log.all().find("checkpoint failed") != std::string::npos);
+    CHECK_THROWS_AS(petrel::read_checkpoint(dir.path, 0), petrel::checkpoint_error);
 }

@@ -337,3 +337,46 @@ TEST_CASE("frame: calls carry a key range and one body, also on failed replies",
                     shared_bytes::copy_of(std::vector<std::byte>(max_control_bytes + 1)));
     CHECK(validate(big, {}) == errc::frame_too_large);
 }
+
+TEST_CASE("frame: key runs stand for every key of each run and are checked", "[wire]") {
+    auto runs_push = [](std::vector<std::uint64_t> runs, std::uint64_t count) {
+        message m;
+        m.header.kind = message_kind::push;
+        m.header.flags = flag_key_runs;
+        m.header.key_count = count;
+        m.header.range_begin = runs.empty() ? 0 : runs.front();
+        m.header.range_end = runs.empty() ? 1 : runs.back();
+        std::vector<float> values(count, 1.0f);
+        m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(runs))));
+        m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        return m;
+    };
+    CHECK_FALSE(validate(runs_push({10, 20, 64, 128}, 74), {}));
+    // The decoder accepts the same frame.
+    const auto ok = feed(frame_of(runs_push({10, 20, 64, 128}, 74)), 7);
+    REQUIRE_FALSE(ok.error);
+    REQUIRE(ok.messages.size() == 1);
+    CHECK(ok.messages[0].header.key_count == 74);
+    // Counts that do not add up, empty, overlapping or backwards runs, runs outside the range.
+    CHECK(validate(runs_push({10, 20, 64, 128}, 75), {}));
+    CHECK(validate(runs_push({10, 20, 20, 20}, 10), {}) == errc::keys_not_sorted);
+    CHECK(validate(runs_push({10, 20, 15, 30}, 25), {}) == errc::keys_not_sorted);
+    auto wide = runs_push({10, 20}, 10);
+    wide.header.range_end = 15;
+    CHECK(validate(wide, {}) == errc::key_out_of_range);
+    // More runs than keys, an odd number of run bounds, or runs with per-key lengths.
+    auto many = runs_push({1, 2, 3, 4}, 2);
+    many.header.key_count = 1;
+    CHECK(validate(many, {}));
+    auto odd = runs_push({1, 2, 3, 4}, 2);
+    odd.set_segment(keys_segment, odd.keys().subspan(0, 3 * sizeof(std::uint64_t)));
+    CHECK(validate(odd, {}) == errc::segment_size_mismatch);
+    // Runs on a pull: no values. On a reply: refused.
+    auto pull = runs_push({0, 8}, 8);
+    pull.header.kind = message_kind::pull;
+    pull.set_segment(values_segment, {});
+    CHECK_FALSE(validate(pull, {}));
+    auto reply = runs_push({0, 8}, 8);
+    reply.header.kind = message_kind::pull_reply;
+    CHECK(validate(reply, {}) == errc::segment_size_mismatch);
+}

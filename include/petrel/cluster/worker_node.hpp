@@ -78,6 +78,12 @@ public:
     }
     [[nodiscard]] asio::any_io_executor get_executor() const { return transport_.get_executor(); }
 
+    /// The checkpoint directory the job's servers restored their tables from before this
+    /// worker started (`config::restore`), empty when none. Read its clock with
+    /// `petrel::read_checkpoint(dir, table_id).clock` to resume the training loop there.
+    [[nodiscard]] const std::string& restored_from() const noexcept { return restored_from_; }
+    void set_restored_from(std::string dir) { restored_from_ = std::move(dir); }
+
     /// This worker's clock on table `table_id`, shared by its stores of that table.
     [[nodiscard]] std::shared_ptr<detail::worker_clock> clock_of(std::uint32_t table_id) {
         std::lock_guard lock(clocks_mutex_);
@@ -131,6 +137,7 @@ private:
     any_transport transport_;
     std::shared_ptr<member> member_;
     std::chrono::milliseconds request_timeout_;
+    std::string restored_from_;
     std::uint32_t rank_ = 0;
     std::uint32_t workers_ = 0;
     std::uint32_t servers_ = 0;

@@ -48,10 +48,12 @@ enum class errc : int {
     unknown_worker,
     too_many_tables,
     unknown_function,
+    // Checkpoints.
+    checkpoint_failed,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::unknown_function;
+inline constexpr errc last_errc = errc::checkpoint_failed;
 
 namespace detail {
 
@@ -140,6 +142,9 @@ public:
         case errc::unknown_function:
             return "no remote function of that name is registered on the server: register it "
                    "in the function_registry of every process";
+        case errc::checkpoint_failed:
+            return "a checkpoint could not be written or read: the log names the file and the "
+                   "reason (a full disk, a missing directory, a truncated or corrupted file)";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

@@ -89,6 +89,13 @@ struct config {
     /// The remote functions this process's servers run for workers (see
     /// `kv_store::call`); register the same ones in every process. Only from the program.
     std::shared_ptr<const function_registry> functions{};
+    /// The tables this process's servers hold as declared (dense or sparse, initial
+    /// values, update rules); declare the same ones in every process. Only from the
+    /// program.
+    std::shared_ptr<const table_registry> tables{};
+    /// A checkpoint directory the servers restore every table from before the workers
+    /// start.  `--restore DIR`, `PETREL_RESTORE`.
+    std::optional<std::string> restore{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -114,6 +121,10 @@ struct settings {
     std::chrono::milliseconds request_timeout{0};
     /// The remote functions of this process's servers (none when null).
     std::shared_ptr<const function_registry> functions;
+    /// The declared tables of this process's servers (none when null).
+    std::shared_ptr<const table_registry> tables;
+    /// The checkpoint directory to restore from (empty: none).
+    std::string restore;
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -143,7 +154,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 13> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 14> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -185,6 +196,9 @@ struct config_option {
          "Milliseconds to wait for the root and for all nodes to register. Default: 30000."},
         {"request-timeout", "MS", "PETREL_REQUEST_TIMEOUT",
          "Milliseconds a push, pull or control request may take. Default: 30000."},
+        {"restore", "DIR", "PETREL_RESTORE",
+         "A checkpoint directory (written by kv_store::save) whose tables the servers load "
+         "before any worker starts, each keeping the keys it owns. Default: none."},
     }};
 }
 
@@ -661,6 +675,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         config_pick(program.advertise, "advertise", cl, env, config_parse_text{});
     const auto job_id = config_pick(program.job_id, "job-id", cl, env, config_parse_text{});
     const auto roles = config_pick(program.roles, "roles", cl, env, config_parse_roles{});
+    const auto restore = config_pick(program.restore, "restore", cl, env, config_parse_text{});
     const auto threads =
         config_or(config_pick(program.threads, "threads", cl, env, config_parse_count{}), 2u);
     const auto interval = config_or(config_pick(program.heartbeat_interval, "heartbeat-interval",
@@ -743,6 +758,13 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     s.startup_timeout = startup.value;
     s.request_timeout = request.value;
     s.functions = program.functions;
+    s.tables = program.tables;
+    if (restore) {
+        if (restore->value.empty()) {
+            config_fail(*restore, "empty (expected a checkpoint directory)");
+        }
+        s.restore = restore->value;
+    }
     return s;
 }
 

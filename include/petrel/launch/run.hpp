@@ -143,6 +143,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 server_options so;
                 so.workers = s.workers;
                 so.functions = s.functions;
+                so.tables = s.tables;
                 auto server =
                     std::make_unique<server_node>(tcp_transport(io.get_executor(), topts), so);
                 const auto bound = server->listen(detail::host_port(s.bind, 0));
@@ -175,6 +176,29 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             }
         }
 
+        // Servers learn their ids (they name checkpoint shards) and, when asked, load a
+        // checkpoint, each keeping the keys the ring gives it; workers start after all
+        // have (the barrier below).
+        if (status == run_ok) {
+            for (std::size_t i = 0; i < servers.size(); ++i) {
+                const node_id self = members[i]->id();
+                servers[i]->set_node_id(self);
+                if (s.restore.empty()) {
+                    continue;
+                }
+                try {
+                    const auto v = members[i]->view();
+                    servers[i]->restore(s.restore, [v, self](std::uint32_t, std::uint64_t key) {
+                        return v->ring.owner(key) == self;
+                    });
+                } catch (const std::exception& e) {
+                    failed("server " + std::to_string(self) + ": restoring " + s.restore + ": " +
+                           e.what());
+                    status = run_failed;
+                }
+            }
+        }
+
         // Servers follow the view: a worker that left or failed no longer holds anybody
         // back in the tables' clocks.
         std::vector<std::size_t> subscriptions;
@@ -199,11 +223,22 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             for (std::size_t i = 0; i < members.size(); ++i) {
                 threads.emplace_back([&, i] {
                     auto& m = members[i];
-                    const bool is_worker = m->options().role == node_role::worker;
+                    bool is_worker = m->options().role == node_role::worker;
+                    if (!s.restore.empty()) {
+                        // Every server has loaded the checkpoint once all nodes are here.
+                        auto ready = m->async_barrier(group::all, asio::use_future);
+                        if (auto ec = detail::outcome(ready)) {
+                            failed(m->failure().empty() ? "restore barrier: " + ec.message()
+                                                        : m->failure());
+                            results[i] = run_failed;
+                            is_worker = false;
+                        }
+                    }
                     if (is_worker) {
                         try {
                             worker_node w(tcp_transport(io.get_executor(), topts), m,
                                           s.request_timeout);
+                            w.set_restored_from(s.restore);
                             struct finisher {
                                 worker_node& w;
                                 std::chrono::milliseconds timeout;

@@ -4,7 +4,7 @@
 #include <petrel/core/error.hpp>
 #include <petrel/core/key.hpp>
 #include <petrel/core/key_range.hpp>
-#include <petrel/server/detail/sparse_table.hpp>
+#include <petrel/server/detail/table.hpp>
 #include <petrel/wire/detail/streambuf.hpp>
 #include <petrel/wire/header.hpp>
 
@@ -87,7 +87,7 @@ public:
     /// The rows of `table` (none when null) within `range`, each of `width` values (the
     /// table's width when there is a table). Lists the keys in range: O(size() + m log m).
     /// @throws std::bad_alloc
-    table_rows(detail::sparse_table<Key, Value>* table, key_range<Key> range, std::size_t width)
+    table_rows(detail::table<Key, Value>* table, key_range<Key> range, std::size_t width)
         : range_(range), width_(width) {
         if (table != nullptr) {
             table->for_each_in(range, [this](Key k, std::span<Value> row) {
@@ -618,7 +618,7 @@ private:
 
     template <typename Key, typename Value>
     std::error_code run(const call_context& c) const {
-        detail::sparse_table<Key, Value>* typed = nullptr;
+        detail::table<Key, Value>* typed = nullptr;
         if (c.table != nullptr) {
             wire::message_header h;
             h.key_type = c.key_type;
@@ -627,9 +627,9 @@ private:
             if (auto ec = c.table->check(h)) {
                 return ec;
             }
-            typed = dynamic_cast<detail::sparse_table<Key, Value>*>(c.table);
+            typed = dynamic_cast<detail::table<Key, Value>*>(c.table);
             if (typed == nullptr) {
-                c.message = "the table is not a sparse table of " +
+                c.message = "the table is not a table of " +
                             std::string(detail::type_name(c.key_type)) + " keys and " +
                             std::string(detail::type_name(c.value_type)) + " values";
                 return errc::value_type_mismatch;

@@ -6,8 +6,11 @@
 #include <petrel/core/clock_entry.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
-#include <petrel/server/detail/sparse_table.hpp>
+#include <petrel/server/checkpoint.hpp>
+#include <petrel/server/detail/checkpoint_call.hpp>
+#include <petrel/server/detail/table.hpp>
 #include <petrel/server/remote_function.hpp>
+#include <petrel/server/table_registry.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/transport.hpp>
 #include <petrel/wire/header.hpp>
@@ -15,6 +18,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,16 +47,25 @@ struct server_options {
     std::size_t max_tables = 4096;
     /// The remote functions workers may call (see `kv_store::call`); none when null.
     std::shared_ptr<const function_registry> functions{};
+    /// The declared tables (storage, initial values, update rules); tables not declared
+    /// are sparse, summing and zero-initialised. None when null.
+    std::shared_ptr<const table_registry> tables{};
 };
+
+/// The most key ranges with distinct clocks a table keeps; a tick that could split more
+/// is refused (`kv_store` ticks the whole key space, which never splits).
+inline constexpr std::size_t max_clock_ranges = 4096;
 
 /// A server: holds tables of values by key and answers pushes, pulls and calls.
 ///
-/// A push adds its rows to the table (keys seen for the first time are inserted);
-/// a pull returns the rows of its keys, zeros for keys never pushed. A table is
-/// created by its first push with that push's key type, value type (`float` or
-/// `double`) and width; later requests must match them or get an error reply. Every
-/// request is checked completely before anything is applied: a rejected push changes
-/// nothing.
+/// A push hands its rows to the table's update rule (keys seen for the first time are
+/// inserted with their initial values); a pull returns the rows of its keys, initial
+/// values for keys never pushed. A table declared in `server_options::tables` is created
+/// as declared (dense or sparse, its types, width, initializer and update rule) when it
+/// is first named; any other table is created by its first push with that push's key
+/// type, value type (`float` or `double`) and width, summing and starting from zeros.
+/// Later requests must match the table or get an error reply. Every request is checked
+/// completely before anything is applied: a rejected push changes nothing.
 ///
 /// Each table has a `clock_gate`: workers report their completed clocks, a pull (or
 /// call) waits until every live worker has completed the clocks it requires on its key
@@ -136,21 +150,154 @@ public:
         return it->second.gate.entries(clock_gate<int>::all(), wire::max_clock_entries);
     }
 
+    /// Sets the id written as the sender of replies and naming this server's checkpoint
+    /// shards (a job's server learns its id when it joins).
+    void set_node_id(std::uint32_t id) {
+        std::lock_guard lock(state_->mutex);
+        state_->opts.node_id = id;
+    }
+
+    /// Loads every table of the checkpoint in `dir` (written by `kv_store::save`), keeping
+    /// the rows whose key `owns(table_id, key)` accepts (every row when `owns` is empty), so
+    /// that a job may restore onto another number of servers. Each loaded table replaces
+    /// the table of its id. Declared tables must match the checkpoint's types, width,
+    /// update rule and dense range; tables not declared must have been saved summing.
+    /// Call it before workers start pushing.
+    ///
+    /// All or nothing: every manifest and shard is checked (sizes, checksums, contents)
+    /// and every table built before any replaces the server's.
+    /// @param max_shard_bytes the most bytes one shard file may take.
+    /// @throws checkpoint_error naming the file and the problem; std::bad_alloc
+    void restore(const std::filesystem::path& dir,
+                 const std::function<bool(std::uint32_t, std::uint64_t)>& owns = {},
+                 std::uint64_t max_shard_bytes = std::uint64_t{1} << 40) {
+        namespace fs = std::filesystem;
+        std::error_code fec;
+        if (!fs::is_directory(dir, fec)) {
+            throw checkpoint_error(dir, "is not a directory");
+        }
+        std::map<std::uint32_t, std::unique_ptr<detail::table_base>> loaded;
+        for (const auto& entry : fs::directory_iterator(dir)) {
+            const std::string name = entry.path().filename().string();
+            std::uint32_t id = 0;
+            if (!name.starts_with("table-") || !entry.is_directory() ||
+                !parse_id(std::string_view(name).substr(6), id)) {
+                continue;
+            }
+            const auto manifest = detail::read_manifest(entry.path());
+            const auto where = detail::manifest_path(entry.path());
+            if (manifest.table_id != id) {
+                throw checkpoint_error(where, "records table " + std::to_string(manifest.table_id) +
+                                                  " in the directory of table " +
+                                                  std::to_string(id));
+            }
+            auto table = table_for(manifest, where);
+            const std::function<bool(std::uint64_t)> keep = [&owns, id](std::uint64_t k) {
+                return !owns || owns(id, k);
+            };
+            for (const auto& shard : manifest.shards) {
+                const auto rows =
+                    detail::read_shard(entry.path() / shard.file, manifest, shard, max_shard_bytes);
+                try {
+                    table->load(rows, keep);
+                } catch (const std::out_of_range& e) {
+                    throw checkpoint_error(entry.path() / shard.file, e.what());
+                }
+            }
+            loaded.emplace(id, std::move(table));
+        }
+        if (loaded.empty()) {
+            throw checkpoint_error(dir, "holds no table checkpoint (table-<id>/manifest.json)");
+        }
+        std::lock_guard lock(state_->mutex);
+        for (auto& [id, table] : loaded) {
+            std::error_code ec;
+            table_slot* s = state_->slot(id, ec);
+            if (!s) {
+                throw checkpoint_error(dir, "table " + std::to_string(id) + ": " + ec.message());
+            }
+            s->table = std::move(table);
+        }
+    }
+
     [[nodiscard]] asio::any_io_executor get_executor() const { return transport_.get_executor(); }
 
 private:
+    static bool parse_id(std::string_view text, std::uint32_t& id) {
+        if (text.empty() || text.size() > 10) {
+            return false;
+        }
+        std::uint64_t v = 0;
+        for (char c : text) {
+            if (c < '0' || c > '9') {
+                return false;
+            }
+            v = v * 10 + static_cast<std::uint64_t>(c - '0');
+        }
+        if (v > 0xFFFFFFFFu) {
+            return false;
+        }
+        id = static_cast<std::uint32_t>(v);
+        return true;
+    }
+
+    /// An empty table for the checkpoint `m`: as declared (and matching it), or sparse and
+    /// summing when not declared.
+    std::unique_ptr<detail::table_base> table_for(const checkpoint_manifest& m,
+                                                  const std::filesystem::path& where) const {
+        const auto id = std::to_string(m.table_id);
+        const table_registry::entry* declared =
+            state_->opts.tables ? state_->opts.tables->find(m.table_id) : nullptr;
+        if (!declared) {
+            if (m.updater != "sum" || m.state_width != 0 || m.dense) {
+                throw checkpoint_error(where, "table " + id + " was saved with update rule '" +
+                                                  m.updater +
+                                                  "'; declare it in the table_registry");
+            }
+            wire::message_header h;
+            h.key_type = m.key_type;
+            h.value_type = m.value_type;
+            h.width = m.width;
+            return detail::make_table(h);
+        }
+        auto table = declared->make();
+        wire::message_header h;
+        h.key_type = m.key_type;
+        h.value_type = m.value_type;
+        h.width = m.width;
+        if (auto ec = table->check(h)) {
+            throw checkpoint_error(where, "table " + id +
+                                              " does not match its declaration: " + ec.message());
+        }
+        const auto dense = table->dense_keys();
+        const bool same_dense =
+            dense ? (m.dense && dense->begin == m.dense_begin && dense->end == m.dense_end)
+                  : !m.dense;
+        if (table->updater_name() != m.updater || table->state_values() != m.state_width ||
+            !same_dense) {
+            throw checkpoint_error(where, "table " + id + " was saved with update rule '" +
+                                              m.updater + "' (" + std::to_string(m.state_width) +
+                                              " state values per key" +
+                                              (m.dense ? ", dense" : ", sparse") +
+                                              "), which its declaration does not match");
+        }
+        return table;
+    }
+
     /// A request waiting in a table's gate, with the connection to answer on.
     struct waiting {
         connection_ptr conn;
         wire::message request;
     };
 
-    /// One table: its storage (created by the first push) and its clocks.
+    /// One table: its storage (created when first named if declared, else by the first
+    /// push) and its clocks.
     struct table_slot {
         explicit table_slot(std::size_t workers) : gate(workers) {}
         std::unique_ptr<detail::table_base> table;
         clock_gate<waiting> gate;
         std::uint64_t held_bytes = 0;
+        bool mean = false; // aggregation::mean for the pushes of a clock
     };
 
     /// Replies to send once the lock is released.
@@ -278,7 +425,19 @@ private:
                 ec = errc::too_many_tables;
                 return nullptr;
             }
+            const table_registry::entry* declared = opts.tables ? opts.tables->find(id) : nullptr;
+            std::unique_ptr<detail::table_base> storage;
+            if (declared) {
+                try {
+                    storage = declared->make();
+                } catch (const std::bad_alloc&) {
+                    ec = errc::out_of_memory;
+                    return nullptr;
+                }
+            }
             auto& s = tables.try_emplace(id, opts.workers).first->second;
+            s.table = std::move(storage);
+            s.mean = declared && declared->spec.aggregate == aggregation::mean;
             for (std::uint32_t w = 0; w < departed_all.size(); ++w) {
                 if (departed_all[w]) {
                     s.gate.depart(w);
@@ -329,6 +488,9 @@ private:
             } else if (auto ec = s.table->check(m.header)) {
                 return ec;
             }
+            if (auto ec = s.table->check_keys(m)) {
+                return ec;
+            }
             try {
                 s.table->reserve(m);
             } catch (const std::bad_alloc&) {
@@ -372,8 +534,11 @@ private:
                 depart(h.worker, nullptr, out);
             } else if (!ec) {
                 if (table_slot* s = slot(h.table_id, ec)) {
+                    const bool splits = range_of(h) != clock_gate<waiting>::all();
                     if (finish) {
                         depart(h.worker, s, out);
+                    } else if (splits && s->gate.clock().range_count() >= max_clock_ranges) {
+                        ec = errc::backlog_full; // ticks of narrow ranges cannot split forever
                     } else {
                         s->gate.tick(h.worker, range_of(h), h.clock);
                         release(*s, out);
@@ -413,9 +578,18 @@ private:
         /// now be answered.
         void release(table_slot& s, outbox& out) {
             auto r = s.gate.release();
-            for (auto& w : r.pushes) {
-                s.table->apply(w.request);
-                s.held_bytes -= bytes_of(w.request);
+            // The pushes come in (clock, worker, arrival) order; each clock's pushes are
+            // aggregated per key before the update rule runs.
+            std::vector<const wire::message*> clock_pushes;
+            for (std::size_t i = 0; i < r.pushes.size(); ++i) {
+                const auto& m = r.pushes[i].request;
+                clock_pushes.push_back(&m);
+                s.held_bytes -= bytes_of(m);
+                if (i + 1 == r.pushes.size() ||
+                    r.pushes[i + 1].request.header.clock != m.header.clock) {
+                    s.table->apply_clock(clock_pushes, s.mean);
+                    clock_pushes.clear();
+                }
             }
             for (auto& w : r.reads) {
                 out.emplace_back(w.conn, answer(s, w.request));
@@ -449,6 +623,9 @@ private:
                 if (auto ec = s.table->check(h)) {
                     return ec;
                 }
+                if (auto ec = s.table->check_keys(m)) {
+                    return ec;
+                }
             }
             pooled_buffer out = pool->acquire(bytes);
             if (!s.table) {
@@ -460,13 +637,74 @@ private:
             return {};
         }
 
+        /// The built-in checkpoint call: writes this server's rows of the table (a
+        /// consistent cut: the call waited for its clock like a pull) to its shard file in
+        /// the directory named by the arguments; answers with the shard's record.
+        std::error_code save(table_slot& s, const wire::message_header& h,
+                             std::span<const std::byte> args, std::vector<std::byte>& result,
+                             std::string& message) {
+            std::string dir;
+            if (auto ec = detail::decode_binary(args, dir, message)) {
+                return ec;
+            }
+            if (dir.empty()) {
+                message = "the checkpoint directory is empty";
+                return errc::invalid_argument;
+            }
+            if (s.table && s.table->check(h)) {
+                return s.table->check(h);
+            }
+            try {
+                shard_table t;
+                if (s.table) {
+                    t = s.table->dump(h.table_id);
+                } else {
+                    // Never pushed here: an empty shard of the request's types.
+                    t.table_id = h.table_id;
+                    t.key_type = h.key_type;
+                    t.value_type = h.value_type;
+                    t.width = h.width;
+                    t.updater = "sum";
+                }
+                detail::saved_shard out;
+                const auto file =
+                    detail::table_dir(dir, h.table_id) / detail::shard_file_name(opts.node_id);
+                out.shard = detail::write_shard(file, opts.node_id, t);
+                out.state_width = t.state_width;
+                out.updater = t.updater;
+                if (s.table) {
+                    if (const auto d = s.table->dense_keys()) {
+                        out.dense = true;
+                        out.dense_begin = d->begin;
+                        out.dense_end = d->end;
+                    }
+                }
+                detail::append_binary(result, out);
+            } catch (const std::bad_alloc&) {
+                throw;
+            } catch (const std::exception& e) {
+                message = e.what();
+                if (log) {
+                    log(log_level::error, "petrel server " + std::to_string(opts.node_id) +
+                                              ": checkpoint failed: " + message);
+                }
+                return errc::checkpoint_failed;
+            }
+            return {};
+        }
+
         wire::message call(table_slot& s, const wire::message& m) {
             const auto& h = m.header;
             auto reply = reply_to(h, wire::message_kind::call_reply);
             std::vector<std::byte> result;
             std::string message;
             std::error_code ec = errc::unknown_function;
-            if (opts.functions) {
+            detail::decoded_call decoded;
+            std::string why;
+            if (!detail::decode_call(m.values().span(), decoded, why) &&
+                decoded.name == detail::checkpoint_call) {
+                ec = save(s, h, decoded.args, result, message);
+            } else if (opts.functions) {
                 try {
                     ec =
                         opts.functions->invoke(m.values().span(), s.table.get(), h.key_type,

@@ -137,6 +137,29 @@ template <typename Key>
     return {};
 }
 
+/// Checks key runs (pairs `[begin, end)`): each non-empty, ascending and disjoint, inside
+/// `[lo, hi)`, `count` keys in all.
+template <typename Key>
+[[nodiscard]] std::error_code check_runs(const shared_bytes& bytes, std::uint64_t lo,
+                                         std::uint64_t hi, std::uint64_t count) {
+    const auto runs = bytes.as<Key>();
+    std::uint64_t total = 0;
+    std::uint64_t last_end = lo;
+    for (std::size_t i = 0; i + 1 < runs.size(); i += 2) {
+        const std::uint64_t b = runs[i];
+        const std::uint64_t e = runs[i + 1];
+        if (b >= e || b < last_end) {
+            return errc::keys_not_sorted;
+        }
+        if (e > hi) {
+            return errc::key_out_of_range;
+        }
+        total += e - b;
+        last_end = e;
+    }
+    return total == count ? std::error_code{} : errc::segment_size_mismatch;
+}
+
 } // namespace detail
 
 /// Checks that a decoded header is consistent: a known kind, known scalar types, and
@@ -209,6 +232,20 @@ template <typename Key>
     if (h.width == 0 && lengths == 0) {
         return errc::malformed_header;
     }
+    const bool runs = (h.flags & flag_key_runs) != 0;
+    if (runs) {
+        // Key runs: 1 to key_count pairs, and no per-key lengths.
+        const bool fits = (h.kind == message_kind::push || h.kind == message_kind::pull) &&
+                          keys > 0 && keys % (2 * ks) == 0 && keys / (2 * ks) <= h.key_count &&
+                          lengths == 0;
+        if (!fits) {
+            return errc::segment_size_mismatch;
+        }
+        if (h.kind == message_kind::pull) {
+            return values == 0 ? std::error_code{} : errc::segment_size_mismatch;
+        }
+        return values == value_bytes ? std::error_code{} : errc::value_count_mismatch;
+    }
     switch (h.kind) {
     case message_kind::push:
         if (keys != key_bytes) {
@@ -253,8 +290,14 @@ template <typename Key>
             return errc::segment_size_mismatch;
         }
     }
+    const bool runs = (h.flags & flag_key_runs) != 0;
     const std::error_code ec =
-        h.key_type == scalar_type::u32
+        runs ? (h.key_type == scalar_type::u32
+                    ? detail::check_runs<std::uint32_t>(m.keys(), h.range_begin, h.range_end,
+                                                        h.key_count)
+                    : detail::check_runs<std::uint64_t>(m.keys(), h.range_begin, h.range_end,
+                                                        h.key_count))
+        : h.key_type == scalar_type::u32
             ? detail::check_keys<std::uint32_t>(m.keys(), h.range_begin, h.range_end)
             : detail::check_keys<std::uint64_t>(m.keys(), h.range_begin, h.range_end);
     if (ec) {

@@ -60,6 +60,10 @@ enum message_flag : std::uint8_t {
     flag_finish = 2,
     /// clock with `flag_finish`: on every table of the server, not only `table_id`.
     flag_all_tables = 4,
+    /// push, pull: the keys segment holds pairs `[begin, end)` of key runs, ascending and
+    /// disjoint, standing for every key of each run (`key_count` keys in all); a range
+    /// push or pull sends no per-key list.
+    flag_key_runs = 8,
 };
 
 /// `message_header::worker` of a request that is not part of any worker's clock.

@@ -1,0 +1,51 @@
+// Petrel: the built-in call that saves a server's rows of a table (see kv_store::save).
+#pragma once
+
+#include <petrel/server/checkpoint.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace petrel::detail {
+
+/// The name of the built-in call; names starting "petrel." are the server's own.
+inline constexpr std::string_view checkpoint_call = "petrel.checkpoint";
+
+/// A server's answer to the checkpoint call: its shard, and what the manifest records of
+/// the table's shape.
+struct saved_shard {
+    shard_info shard;
+    std::uint32_t state_width = 0;
+    std::string updater;
+    bool dense = false;
+    std::uint64_t dense_begin = 0;
+    std::uint64_t dense_end = 0;
+
+    template <class Archive>
+    void save(Archive& ar) const {
+        ar(shard, state_width);
+        save_checkpoint_name(ar, updater);
+        ar(dense, dense_begin, dense_end);
+    }
+    template <class Archive>
+    void load(Archive& ar) {
+        ar(shard, state_width);
+        load_checkpoint_name(ar, updater);
+        ar(dense, dense_begin, dense_end);
+    }
+};
+
+} // namespace petrel::detail
+
+namespace petrel {
+
+/// The manifest of table `table_id`'s checkpoint in `dir` (written by `kv_store::save`):
+/// its shape, its shards and the clock of the cut, from which a restored job resumes.
+/// @throws checkpoint_error naming the manifest when it is missing or malformed.
+[[nodiscard]] inline checkpoint_manifest read_checkpoint(const std::filesystem::path& dir,
+                                                         std::uint32_t table_id) {
+    return detail::read_manifest(detail::table_dir(dir, table_id));
+}
+
+} // namespace petrel

@@ -1,0 +1,678 @@
+// Petrel: a server's storage of one table (dense or sparse rows, optimizer state).
+#pragma once
+
+#include <petrel/core/error.hpp>
+#include <petrel/core/key.hpp>
+#include <petrel/core/key_range.hpp>
+#include <petrel/server/checkpoint.hpp>
+#include <petrel/server/initializer.hpp>
+#include <petrel/server/updater.hpp>
+#include <petrel/wire/header.hpp>
+#include <petrel/wire/message.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace petrel::detail {
+
+/// The keys of a request: sorted keys, or (`wire::flag_key_runs`) pairs `[begin, end)` of
+/// key runs, which stand for every key of each run.
+template <typename Key>
+struct key_seq {
+    std::span<const Key> data;
+    bool runs = false;
+
+    [[nodiscard]] static key_seq of(const wire::message& m) {
+        return {m.keys().as<Key>(), (m.header.flags & wire::flag_key_runs) != 0};
+    }
+
+    /// Calls `f(i, key)` for the i-th key, in order.
+    template <typename F>
+    void for_each(F&& f) const {
+        if (!runs) {
+            for (std::size_t i = 0; i < data.size(); ++i) {
+                f(i, data[i]);
+            }
+            return;
+        }
+        std::size_t i = 0;
+        for (std::size_t r = 0; r + 1 < data.size(); r += 2) {
+            for (Key k = data[r]; k < data[r + 1]; ++k) {
+                f(i++, k);
+            }
+        }
+    }
+};
+
+/// A table's storage, whatever its key and value types.
+///
+/// Pushes are applied in two steps: `reserve` creates the rows of keys not stored yet
+/// (the only step that allocates; all or nothing), then `apply` (one push) or
+/// `apply_clock` (the pushes of one clock, aggregated per key) runs the update rule and
+/// cannot fail.
+class table_base {
+public:
+    table_base(wire::scalar_type k, wire::scalar_type v, std::uint32_t width)
+        : key_type_(k), value_type_(v), width_(width) {}
+    virtual ~table_base() = default;
+
+    /// Whether a request with this header may touch this table.
+    [[nodiscard]] std::error_code check(const wire::message_header& h) const noexcept {
+        if (h.key_type != key_type_) {
+            return errc::key_type_mismatch;
+        }
+        if (h.value_type != value_type_) {
+            return errc::value_type_mismatch;
+        }
+        if (h.width != width_) {
+            return errc::width_mismatch;
+        }
+        return {};
+    }
+
+    /// Adds the pushed rows (the message passed `check` and wire validation): all or
+    /// nothing, as `reserve` then `apply`.
+    void add(const wire::message& m) {
+        reserve(m);
+        apply(m);
+    }
+    /// Whether every key of `m` may live in this table (a dense table's declared range).
+    [[nodiscard]] virtual std::error_code check_keys(const wire::message& m) const = 0;
+    /// Creates the rows of the pushed keys not stored yet (with their initial values), so
+    /// that `apply` needs no memory. All or nothing: on failure (`std::bad_alloc`) the
+    /// table is as it was.
+    virtual void reserve(const wire::message& m) = 0;
+    /// Applies one push with the update rule; its keys were reserved. Cannot fail.
+    virtual void apply(const wire::message& m) noexcept = 0;
+    /// Applies the pushes of one clock, in the given order: the rows pushed for each key
+    /// are added up (and divided by their number when `mean`), then the update rule runs
+    /// once per key. Their keys were reserved. Cannot fail: when there is no memory for
+    /// the sums, the pushes are applied one by one instead.
+    virtual void apply_clock(std::span<const wire::message* const> pushes, bool mean) noexcept = 0;
+    /// Writes the rows of the pulled keys into `out` (initial values for keys never
+    /// pushed).
+    virtual void read(const wire::message& m, std::byte* out) const = 0;
+    /// Keys stored.
+    [[nodiscard]] virtual std::size_t size() const noexcept = 0;
+    /// Bytes of memory the table holds (index, rows, optimizer state, scratch).
+    [[nodiscard]] virtual std::size_t memory_bytes() const noexcept = 0;
+
+    /// The update rule's name, its state values per key, and a dense table's key range.
+    [[nodiscard]] virtual std::string_view updater_name() const noexcept = 0;
+    [[nodiscard]] virtual std::uint32_t state_values() const noexcept = 0;
+    [[nodiscard]] virtual std::optional<key_range<std::uint64_t>> dense_keys() const noexcept = 0;
+    /// Every stored row (values and state), keys ascending, for a checkpoint.
+    /// @throws std::bad_alloc
+    [[nodiscard]] virtual shard_table dump(std::uint32_t table_id) const = 0;
+    /// Stores the rows of `t` (same types, width and state width, checked by the caller)
+    /// whose key `owns` accepts, replacing what was there. @throws std::bad_alloc,
+    /// std::out_of_range (a key outside a dense table's range)
+    virtual void load(const shard_table& t, const std::function<bool(std::uint64_t)>& owns) = 0;
+
+    [[nodiscard]] wire::scalar_type key_type() const noexcept { return key_type_; }
+    [[nodiscard]] wire::scalar_type value_type() const noexcept { return value_type_; }
+    [[nodiscard]] std::uint32_t width() const noexcept { return width_; }
+
+private:
+    wire::scalar_type key_type_;
+    wire::scalar_type value_type_;
+    std::uint32_t width_;
+};
+
+/// Rows of `stride` values in fixed-size blocks: no over-allocation beyond one block and
+/// no copy when growing. Rows are numbered from 0 in creation order.
+template <typename Value>
+class row_store {
+public:
+    explicit row_store(std::size_t stride) : stride_(stride) {
+        // About 64 KiB per block, at least 64 rows.
+        const std::size_t want = std::max<std::size_t>(64, (64 * 1024) / (stride * sizeof(Value)));
+        shift_ = static_cast<unsigned>(std::bit_width(want) - 1);
+    }
+
+    [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
+    [[nodiscard]] std::size_t stride() const noexcept { return stride_; }
+
+    [[nodiscard]] Value* row(std::size_t i) noexcept {
+        return blocks_[i >> shift_].get() + (i & mask()) * stride_;
+    }
+    [[nodiscard]] const Value* row(std::size_t i) const noexcept {
+        return blocks_[i >> shift_].get() + (i & mask()) * stride_;
+    }
+
+    /// Makes room for `more` rows beyond `rows()`. @throws std::bad_alloc (the store is
+    /// as it was, but for blocks added, which later rows use).
+    void reserve_more(std::size_t more) {
+        const std::size_t need = rows_ + more;
+        const std::size_t per = std::size_t{1} << shift_;
+        std::size_t blocks = (need + per - 1) / per;
+        if (blocks > blocks_.size()) {
+            blocks_.reserve(std::max(blocks, 2 * blocks_.size()));
+            while (blocks_.size() < blocks) {
+                blocks_.push_back(std::make_unique_for_overwrite<Value[]>(per * stride_));
+            }
+        }
+    }
+
+    /// The next row, from the room `reserve_more` made.
+    std::size_t add() noexcept { return rows_++; }
+
+    /// Removes the last `n` rows.
+    void drop(std::size_t n) noexcept { rows_ -= n; }
+
+    [[nodiscard]] std::size_t memory_bytes() const noexcept {
+        return blocks_.size() * (std::size_t{1} << shift_) * stride_ * sizeof(Value) +
+               blocks_.capacity() * sizeof(void*);
+    }
+
+private:
+    [[nodiscard]] std::size_t mask() const noexcept { return (std::size_t{1} << shift_) - 1; }
+
+    std::size_t stride_;
+    unsigned shift_ = 6;
+    std::size_t rows_ = 0;
+    std::vector<std::unique_ptr<Value[]>> blocks_;
+};
+
+/// Keys to row numbers by open addressing (linear probing, at most 4/5 full, growing by
+/// half): a key and a 32-bit row number per slot, no per-key allocation, 12 to 23 bytes
+/// per u64 key. The largest key (reserved, never a valid key) marks empty slots.
+template <typename Key>
+class hash_index {
+public:
+    static constexpr std::uint32_t npos = 0xFFFFFFFF;
+    static constexpr Key empty = key_space_end<Key>;
+
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+    [[nodiscard]] std::uint32_t find(Key k) const noexcept {
+        if (capacity_ == 0) {
+            return npos;
+        }
+        for (std::size_t i = slot_of(k);; i = next(i)) {
+            if (keys_[i] == k) {
+                return rows_[i];
+            }
+            if (keys_[i] == empty) {
+                return npos;
+            }
+        }
+    }
+
+    /// Makes room for `more` keys beyond `size()`. @throws std::bad_alloc (as it was).
+    void reserve_more(std::size_t more) {
+        const std::size_t need = size_ + more;
+        if (need * 5 <= capacity_ * 4) {
+            return;
+        }
+        std::size_t cap = std::max<std::size_t>(capacity_, 16);
+        while (need * 5 > cap * 4) {
+            cap += cap / 2;
+        }
+        rehash(cap);
+    }
+
+    /// Adds `k` (not present) with row `row`; room was reserved.
+    void insert(Key k, std::uint32_t row) noexcept {
+        std::size_t i = slot_of(k);
+        while (keys_[i] != empty) {
+            i = next(i);
+        }
+        keys_[i] = k;
+        rows_[i] = row;
+        ++size_;
+    }
+
+    /// Calls `f(key, row)` for every key, in no particular order.
+    template <typename F>
+    void for_each(F&& f) const {
+        for (std::size_t i = 0; i < capacity_; ++i) {
+            if (keys_[i] != empty) {
+                f(keys_[i], rows_[i]);
+            }
+        }
+    }
+
+    [[nodiscard]] std::size_t memory_bytes() const noexcept {
+        return capacity_ * (sizeof(Key) + sizeof(std::uint32_t));
+    }
+
+private:
+    /// The key's home slot: a Fibonacci hash scaled to the capacity (any capacity).
+    [[nodiscard]] std::size_t slot_of(Key k) const noexcept {
+        const std::uint64_t h = static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ULL;
+        __extension__ using wide = unsigned __int128;
+        return static_cast<std::size_t>((static_cast<wide>(h) * capacity_) >> 64);
+    }
+    [[nodiscard]] std::size_t next(std::size_t i) const noexcept {
+        return i + 1 == capacity_ ? 0 : i + 1;
+    }
+
+    void rehash(std::size_t cap) {
+        auto keys = std::make_unique_for_overwrite<Key[]>(cap);
+        auto rows = std::make_unique_for_overwrite<std::uint32_t[]>(cap);
+        std::fill_n(keys.get(), cap, empty);
+        std::swap(keys, keys_);
+        std::swap(rows, rows_);
+        const std::size_t old = capacity_;
+        capacity_ = cap;
+        size_ = 0;
+        for (std::size_t i = 0; i < old; ++i) {
+            if (keys[i] != empty) {
+                insert(keys[i], rows[i]);
+            }
+        }
+    }
+
+    std::unique_ptr<Key[]> keys_;
+    std::unique_ptr<std::uint32_t[]> rows_;
+    std::size_t capacity_ = 0;
+    std::size_t size_ = 0;
+};
+
+/// A table's rows: `width` values and the update rule's state per key.
+///
+/// Sparse (the default): keys are inserted on first push and found through a
+/// `hash_index`. Dense (a key range declared up front): keys are found by arithmetic,
+/// and rows are created a page of 64 consecutive keys at a time, each page contiguous
+/// in memory; keys outside the range are refused with `errc::key_out_of_range`.
+///
+/// A key never pushed reads as the initializer's values.
+template <typename Key, typename Value>
+class table final : public table_base {
+public:
+    /// Keys per page of a dense table.
+    static constexpr std::size_t page_keys = 64;
+
+    /// A sparse table of `width` values per key, summing pushes, starting from zeros.
+    explicit table(std::uint32_t width)
+        : table(width, make_updater<Value>(petrel::sum{}), initializer::zeros(), std::nullopt) {}
+
+    /// A table with update rule `u` and initial values `init`; dense over `dense` when
+    /// given (within the keys `Key` can hold). @throws std::invalid_argument on an empty
+    /// or too large dense range.
+    table(std::uint32_t width, std::shared_ptr<const any_updater<Value>> u, initializer init,
+          std::optional<key_range<std::uint64_t>> dense)
+        : table_base(wire::scalar_type_of<Key>, wire::scalar_type_of<Value>, width), width_(width),
+          state_width_(u->state_size(width)), updater_(std::move(u)), init_(init),
+          rows_(width + state_width_), dense_(dense) {
+        if (dense_) {
+            if (dense_->empty() || dense_->end > key_space_end<Key>) {
+                throw std::invalid_argument("petrel: a dense table needs a non-empty key range "
+                                            "within its key type");
+            }
+            pages_.assign((dense_->size() + page_keys - 1) / page_keys, npos);
+        }
+    }
+
+    [[nodiscard]] bool dense() const noexcept { return dense_.has_value(); }
+    [[nodiscard]] std::optional<key_range<std::uint64_t>> dense_range() const noexcept {
+        return dense_;
+    }
+    [[nodiscard]] std::size_t state_width() const noexcept { return state_width_; }
+    [[nodiscard]] const any_updater<Value>& update_rule() const noexcept { return *updater_; }
+    [[nodiscard]] const initializer& init() const noexcept { return init_; }
+
+    std::error_code check_keys(const wire::message& m) const override {
+        if (!dense_ || m.header.key_count == 0) {
+            return {};
+        }
+        // Keys are sorted (or runs ascending): the header's range bounds them all.
+        const auto keys = key_seq<Key>::of(m);
+        const std::uint64_t lo = keys.data.front();
+        const std::uint64_t hi =
+            keys.runs ? std::uint64_t{keys.data.back()} : std::uint64_t{keys.data.back()} + 1;
+        return dense_->contains(lo) && hi <= dense_->end ? std::error_code{}
+                                                         : errc::key_out_of_range;
+    }
+
+    void reserve(const wire::message& m) override {
+        const auto keys = key_seq<Key>::of(m);
+        if (dense_) {
+            reserve_pages(keys);
+        } else {
+            reserve_keys(keys);
+        }
+    }
+
+    void apply(const wire::message& m) noexcept override {
+        const auto values = m.values().as<Value>();
+        const bool add = updater_->is_sum();
+        key_seq<Key>::of(m).for_each([&](std::size_t i, Key k) {
+            Value* row = rows_.row(find(k));
+            const Value* g = values.data() + i * width_;
+            if (add) {
+                for (std::size_t j = 0; j < width_; ++j) {
+                    row[j] += g[j];
+                }
+            } else {
+                update(row, g);
+            }
+        });
+    }
+
+    void apply_clock(std::span<const wire::message* const> pushes, bool mean) noexcept override {
+        if (pushes.empty()) {
+            return;
+        }
+        if (pushes.size() == 1 || (updater_->is_sum() && !mean)) {
+            // One push has one row per key; sums are added in order as they are.
+            for (const auto* m : pushes) {
+                apply(*m);
+            }
+            return;
+        }
+        try {
+            aggregate(pushes, mean);
+        } catch (const std::bad_alloc&) {
+            for (const auto* m : pushes) {
+                apply(*m);
+            }
+        }
+    }
+
+    void read(const wire::message& m, std::byte* out) const override {
+        Value* dst = reinterpret_cast<Value*>(out);
+        key_seq<Key>::of(m).for_each([&](std::size_t i, Key k) {
+            Value* d = dst + i * width_;
+            if (const auto r = find(k); r != npos) {
+                std::memcpy(d, rows_.row(r), width_ * sizeof(Value));
+            } else {
+                for (std::size_t j = 0; j < width_; ++j) {
+                    d[j] = static_cast<Value>(init_.value(k, j));
+                }
+            }
+        });
+    }
+
+    [[nodiscard]] std::size_t size() const noexcept override {
+        return dense_ ? rows_.rows() : index_.size();
+    }
+
+    [[nodiscard]] std::size_t memory_bytes() const noexcept override {
+        return index_.memory_bytes() + pages_.capacity() * sizeof(std::uint32_t) +
+               rows_.memory_bytes() + marks_.capacity() * sizeof(std::uint32_t);
+    }
+
+    /// Calls `f(key, row)` for each stored key in `r`, in increasing key order; `row` is a
+    /// `std::span<const Value>` of `width` values. Sparse: O(size() + m log m) time and
+    /// O(m) memory for the m keys in `r`; dense: O(pages in r). `f` must not add rows.
+    template <typename F>
+    void for_each_in(key_range<Key> r, F&& f) const {
+        if (dense_) {
+            const std::uint64_t lo = std::max<std::uint64_t>(r.begin, dense_->begin);
+            const std::uint64_t hi = std::min<std::uint64_t>(r.end, dense_->end);
+            for (std::uint64_t k = lo; k < hi; ++k) {
+                const std::uint32_t p = pages_[(k - dense_->begin) / page_keys];
+                if (p == npos) {
+                    k = dense_->begin + ((k - dense_->begin) / page_keys + 1) * page_keys - 1;
+                    continue;
+                }
+                f(static_cast<Key>(k),
+                  std::span<const Value>(rows_.row(p + (k - dense_->begin) % page_keys), width_));
+            }
+            return;
+        }
+        std::vector<std::pair<Key, std::uint32_t>> found;
+        index_.for_each([&](Key k, std::uint32_t at) {
+            if (r.contains(k)) {
+                found.emplace_back(k, at);
+            }
+        });
+        std::sort(found.begin(), found.end());
+        for (const auto& [k, at] : found) {
+            f(k, std::span<const Value>(rows_.row(at), width_));
+        }
+    }
+
+    /// As above, with rows `f` may modify (`std::span<Value>`).
+    template <typename F>
+    void for_each_in(key_range<Key> r, F&& f) {
+        std::as_const(*this).for_each_in(r, [&f](Key k, std::span<const Value> row) {
+            f(k, std::span<Value>(const_cast<Value*>(row.data()), row.size()));
+        });
+    }
+
+    [[nodiscard]] std::string_view updater_name() const noexcept override {
+        return updater_->name();
+    }
+    [[nodiscard]] std::uint32_t state_values() const noexcept override {
+        return static_cast<std::uint32_t>(state_width_);
+    }
+    [[nodiscard]] std::optional<key_range<std::uint64_t>> dense_keys() const noexcept override {
+        return dense_;
+    }
+
+    [[nodiscard]] shard_table dump(std::uint32_t table_id) const override {
+        shard_table t;
+        t.table_id = table_id;
+        t.key_type = wire::scalar_type_of<Key>;
+        t.value_type = wire::scalar_type_of<Value>;
+        t.width = static_cast<std::uint32_t>(width_);
+        t.state_width = static_cast<std::uint32_t>(state_width_);
+        t.updater = std::string(updater_->name());
+        std::vector<Key> keys;
+        std::vector<Value> values;
+        std::vector<Value> state;
+        keys.reserve(size());
+        values.reserve(size() * width_);
+        state.reserve(size() * state_width_);
+        for_each_in(key_range<Key>{0, key_space_end<Key>}, [&](Key k, std::span<const Value> row) {
+            keys.push_back(k);
+            values.insert(values.end(), row.begin(), row.end());
+            state.insert(state.end(), row.data() + width_, row.data() + width_ + state_width_);
+        });
+        t.rows = keys.size();
+        auto bytes = [](const auto& v) {
+            const auto b = std::as_bytes(std::span(v));
+            return std::vector<std::byte>(b.begin(), b.end());
+        };
+        t.keys = bytes(keys);
+        t.values = bytes(values);
+        t.state = bytes(state);
+        return t;
+    }
+
+    void load(const shard_table& t, const std::function<bool(std::uint64_t)>& owns) override {
+        const std::size_t n = static_cast<std::size_t>(t.rows);
+        std::vector<Key> keys(n);
+        std::memcpy(keys.data(), t.keys.data(), n * sizeof(Key));
+        std::vector<std::size_t> picked;
+        std::vector<Key> owned;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (owns(keys[i])) {
+                if (dense_ && !dense_->contains(keys[i])) {
+                    throw std::out_of_range("key " + std::to_string(keys[i]) +
+                                            " lies outside the dense table's range");
+                }
+                picked.push_back(i);
+                owned.push_back(keys[i]);
+            }
+        }
+        const key_seq<Key> seq{std::span<const Key>(owned), false};
+        if (dense_) {
+            reserve_pages(seq);
+        } else {
+            reserve_keys(seq);
+        }
+        const auto* values = reinterpret_cast<const Value*>(t.values.data());
+        const auto* state = reinterpret_cast<const Value*>(t.state.data());
+        for (std::size_t j = 0; j < picked.size(); ++j) {
+            Value* row = rows_.row(find(owned[j]));
+            std::memcpy(row, values + picked[j] * width_, width_ * sizeof(Value));
+            std::memcpy(row + width_, state + picked[j] * state_width_,
+                        state_width_ * sizeof(Value));
+        }
+    }
+
+private:
+    static constexpr std::uint32_t npos = hash_index<Key>::npos;
+
+    [[nodiscard]] std::uint32_t find(Key k) const noexcept {
+        if (dense_) {
+            if (!dense_->contains(k)) {
+                return npos;
+            }
+            const std::uint64_t off = k - dense_->begin;
+            const std::uint32_t p = pages_[off / page_keys];
+            return p == npos ? npos : static_cast<std::uint32_t>(p + off % page_keys);
+        }
+        return index_.find(k);
+    }
+
+    void update(Value* row, const Value* g) const noexcept {
+        updater_->update(std::span<Value>(row, width_),
+                         std::span<Value>(row + width_, state_width_),
+                         std::span<const Value>(g, width_));
+    }
+
+    void init_row(Value* row, Key k) const noexcept {
+        for (std::size_t j = 0; j < width_; ++j) {
+            row[j] = static_cast<Value>(init_.value(k, j));
+        }
+        updater_->init_state(std::span<Value>(row + width_, state_width_));
+    }
+
+    void check_room(std::size_t more) const {
+        if (rows_.rows() + more >= npos) {
+            throw std::bad_alloc(); // row numbers are 32 bits
+        }
+    }
+
+    void reserve_keys(const key_seq<Key>& keys) {
+        std::vector<Key> fresh;
+        keys.for_each([&](std::size_t, Key k) {
+            if (index_.find(k) == npos) {
+                fresh.push_back(k);
+            }
+        });
+        if (fresh.empty()) {
+            return;
+        }
+        check_room(fresh.size());
+        rows_.reserve_more(fresh.size());
+        index_.reserve_more(fresh.size());
+        for (Key k : fresh) {
+            const auto r = static_cast<std::uint32_t>(rows_.add());
+            init_row(rows_.row(r), k);
+            index_.insert(k, r);
+        }
+    }
+
+    void reserve_pages(const key_seq<Key>& keys) {
+        std::vector<std::size_t> fresh;
+        std::size_t last = ~std::size_t{0};
+        keys.for_each([&](std::size_t, Key k) {
+            const std::size_t p = (k - dense_->begin) / page_keys;
+            if (p != last && pages_[p] == npos) {
+                fresh.push_back(p);
+            }
+            last = p;
+        });
+        if (fresh.empty()) {
+            return;
+        }
+        check_room(fresh.size() * page_keys);
+        rows_.reserve_more(fresh.size() * page_keys);
+        for (std::size_t p : fresh) {
+            const auto first = static_cast<std::uint32_t>(rows_.rows());
+            for (std::size_t i = 0; i < page_keys; ++i) {
+                const std::uint64_t k = dense_->begin + p * page_keys + i;
+                init_row(rows_.row(rows_.add()), k < dense_->end ? static_cast<Key>(k) : Key{});
+            }
+            pages_[p] = first;
+        }
+    }
+
+    /// Sums the pushes per key (in push order), then updates each key once.
+    void aggregate(std::span<const wire::message* const> pushes, bool mean) {
+        if (marks_.size() < rows_.rows()) {
+            marks_.resize(rows_.rows(), 0);
+        }
+        std::vector<std::uint32_t> touched;
+        std::vector<std::uint32_t> counts;
+        std::vector<Value> sums;
+        for (const auto* m : pushes) {
+            const auto values = m->values().template as<Value>();
+            key_seq<Key>::of(*m).for_each([&](std::size_t i, Key k) {
+                const std::uint32_t r = find(k);
+                const Value* g = values.data() + i * width_;
+                std::uint32_t& mark = marks_[r];
+                if (mark == 0) {
+                    touched.push_back(r);
+                    counts.push_back(1);
+                    sums.insert(sums.end(), g, g + width_);
+                    mark = static_cast<std::uint32_t>(touched.size());
+                } else {
+                    Value* s = sums.data() + (mark - 1) * width_;
+                    for (std::size_t j = 0; j < width_; ++j) {
+                        s[j] += g[j];
+                    }
+                    ++counts[mark - 1];
+                }
+            });
+        }
+        const bool add = updater_->is_sum();
+        for (std::size_t t = 0; t < touched.size(); ++t) {
+            Value* s = sums.data() + t * width_;
+            if (mean && counts[t] > 1) {
+                const Value scale = Value{1} / static_cast<Value>(counts[t]);
+                for (std::size_t j = 0; j < width_; ++j) {
+                    s[j] *= scale;
+                }
+            }
+            Value* row = rows_.row(touched[t]);
+            if (add) {
+                for (std::size_t j = 0; j < width_; ++j) {
+                    row[j] += s[j];
+                }
+            } else {
+                update(row, s);
+            }
+            marks_[touched[t]] = 0;
+        }
+    }
+
+    std::size_t width_;
+    std::size_t state_width_;
+    std::shared_ptr<const any_updater<Value>> updater_;
+    initializer init_;
+    row_store<Value> rows_;
+    std::optional<key_range<std::uint64_t>> dense_;
+    hash_index<Key> index_;            // sparse
+    std::vector<std::uint32_t> pages_; // dense: first row of each page, or npos
+    std::vector<std::uint32_t> marks_; // scratch of apply_clock: row → sum slot + 1
+};
+
+/// The sparse table of the first releases, by its old name.
+template <typename Key, typename Value>
+using sparse_table = table<Key, Value>;
+
+/// A new empty sparse table (summing, zeros) for the key and value types named in `h`.
+[[nodiscard]] inline std::unique_ptr<table_base> make_table(const wire::message_header& h) {
+    using wire::scalar_type;
+    const bool k32 = h.key_type == scalar_type::u32;
+    const bool v32 = h.value_type == scalar_type::f32;
+    if (k32) {
+        return v32 ? std::unique_ptr<table_base>(
+                         std::make_unique<table<std::uint32_t, float>>(h.width))
+                   : std::make_unique<table<std::uint32_t, double>>(h.width);
+    }
+    return v32 ? std::unique_ptr<table_base>(std::make_unique<table<std::uint64_t, float>>(h.width))
+               : std::make_unique<table<std::uint64_t, double>>(h.width);
+}
+
+} // namespace petrel::detail
