@@ -217,6 +217,53 @@ void petrel_cases(const settings& st, const std::function<bool(const std::string
     }
 }
 
+/// Push+pull of 16 Mi scalar floats (64 MiB of values) on one server's dense table
+/// [0, 16 Mi): by key list (u32 keys, 64 MiB more each way) or by key range (runs only).
+samples dense_push_pull(bool ranged, budget b) {
+    constexpr std::uint32_t n = std::uint32_t{1} << 24;
+    io_thread server_io;
+    io_thread worker_io;
+    petrel::table_registry tables;
+    tables.add<std::uint32_t, float>(0, {.dense = petrel::key_range<std::uint64_t>{0, n}});
+    petrel::server_node server(
+        petrel::tcp_transport(server_io.executor()),
+        {.tables = std::make_shared<const petrel::table_registry>(std::move(tables))});
+    petrel::kv_store_options<std::uint32_t> o;
+    o.servers = {server.listen("127.0.0.1:0")};
+    petrel::kv_store<std::uint32_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(worker_io.executor()), o);
+    std::vector<std::uint32_t> keys(n);
+    std::iota(keys.begin(), keys.end(), std::uint32_t{0});
+    const petrel::key_range<std::uint32_t> all{0, n};
+    auto grad = std::make_shared<xt::xtensor<float, 1>>(xt::ones<float>({std::size_t{n}}));
+    auto once = [&] {
+        if (ranged) {
+            kv.push(all, grad, asio::use_future).get();
+            if (kv.pull(all, asio::use_future).get().size() != n) {
+                throw std::runtime_error("petrel range pull returned the wrong number of keys");
+            }
+        } else {
+            kv.push(keys, grad, asio::use_future).get();
+            if (kv.pull(keys, asio::use_future).get().size() != n) {
+                throw std::runtime_error("petrel pull returned the wrong number of keys");
+            }
+        }
+    };
+    return petrel_bench::run_timed(once, b.min_iterations, b.min_seconds, b.max_iterations, 3);
+}
+
+void dense_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
+    const std::size_t bytes = std::size_t{64} << 20;
+    const double raw = raw_push_pull_median.contains(bytes) ? raw_push_pull_median[bytes] : 0;
+    const auto b = budget_for(bytes, st.quick);
+    if (wanted("petrel_dense_16Mi_scalars_keyed")) {
+        print("petrel_dense_16Mi_scalars_keyed", dense_push_pull(false, b), 2 * bytes, raw, bytes);
+    }
+    if (wanted("petrel_dense_16Mi_scalars_range")) {
+        print("petrel_dense_16Mi_scalars_range", dense_push_pull(true, b), 2 * bytes, raw, bytes);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Consistency: iterations per second of 4 workers with a straggler, per model.
 // ---------------------------------------------------------------------------------------
@@ -398,6 +445,8 @@ int main(int argc, char** argv) {
                                             "petrel_push_pull_4MiB_shared",
                                             "petrel_push_pull_64MiB",
                                             "petrel_push_pull_64MiB_shared",
+                                            "petrel_dense_16Mi_scalars_keyed",
+                                            "petrel_dense_16Mi_scalars_range",
                                             "straggler_tau0",
                                             "straggler_tau1",
                                             "straggler_tau2",
@@ -440,6 +489,7 @@ int main(int argc, char** argv) {
     try {
         raw_cases(st, wanted);
         petrel_cases(st, wanted);
+        dense_cases(st, wanted);
         consistency_cases(st, wanted);
         server_cases(st, wanted);
     } catch (const std::exception& e) {

@@ -257,3 +257,65 @@ TEST_CASE("table_registry: under sequential a clock's pushes are averaged before
     CHECK(w.values()(255) == Approx(-0.1f).epsilon(1e-3));
     CHECK(w.min_clock() >= 1);
 }
+
+TEST_CASE("table: dense key runs across pages read and update whole blocks", "[server]") {
+    // Runs [30, 200) and [300, 310): four pages of 64 keys, parts of them, with state.
+    auto runs_msg = [](std::vector<std::uint32_t> runs, std::vector<float> values) {
+        wire::message m;
+        m.header.key_type = wire::scalar_type::u32;
+        m.header.flags = wire::flag_key_runs;
+        m.header.width = 2;
+        m.header.key_count = values.size() / 2;
+        m.set_segment(wire::keys_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(runs))));
+        m.set_segment(wire::values_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        return m;
+    };
+    for (const bool with_state : {false, true}) {
+        auto rule = with_state ? petrel::detail::make_updater<float>(petrel::adagrad{.eta = 1.0})
+                               : petrel::detail::make_updater<float>(petrel::sum{});
+        petrel::detail::table<std::uint32_t, float> t(2, rule, petrel::initializer::constant(7.0),
+                                                      key_range<std::uint64_t>{10, 400});
+        const std::size_t n = 170 + 10;
+        std::vector<float> g(2 * n);
+        for (std::size_t i = 0; i < g.size(); ++i) {
+            g[i] = static_cast<float>(i % 5) + 1.0f;
+        }
+        const auto push = runs_msg({30, 200, 300, 310}, g);
+        REQUIRE_FALSE(t.check_keys(push));
+        t.add(push);
+        // Read [0..) as runs over stored and unstored keys: [20, 40) and [290, 320).
+        const auto pull = runs_msg({20, 40, 290, 320}, std::vector<float>(2 * 50, 0.0f));
+        std::vector<float> out(2 * 50);
+        t.read(pull, reinterpret_cast<std::byte*>(out.data()));
+        auto expected = [&](std::uint32_t key, std::size_t j) -> float {
+            std::size_t i = 0;
+            if (key >= 30 && key < 200) {
+                i = key - 30;
+            } else if (key >= 300 && key < 310) {
+                i = 170 + (key - 300);
+            } else {
+                return 7.0f; // never pushed: the initializer's value
+            }
+            const float gi = g[2 * i + j];
+            return with_state ? 7.0f - gi / std::sqrt(gi * gi) : 7.0f + gi;
+        };
+        std::size_t at = 0;
+        for (std::uint32_t k = 20; k < 40; ++k, ++at) {
+            INFO("key " << k);
+            CHECK(out[2 * at] == Approx(expected(k, 0)));
+            CHECK(out[2 * at + 1] == Approx(expected(k, 1)));
+        }
+        for (std::uint32_t k = 290; k < 320; ++k, ++at) {
+            INFO("key " << k);
+            CHECK(out[2 * at] == Approx(expected(k, 0)));
+            CHECK(out[2 * at + 1] == Approx(expected(k, 1)));
+        }
+        // Keyed reads agree with run reads.
+        std::vector<float> one(2);
+        t.read(push_msg<std::uint32_t, float>({199}, {0, 0}, 2),
+               reinterpret_cast<std::byte*>(one.data()));
+        CHECK(one[0] == Approx(expected(199, 0)));
+    }
+}

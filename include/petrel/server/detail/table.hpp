@@ -351,17 +351,28 @@ public:
     void apply(const wire::message& m) noexcept override {
         const auto values = m.values().as<Value>();
         const bool add = updater_->is_sum();
-        key_seq<Key>::of(m).for_each([&](std::size_t i, Key k) {
-            Value* row = rows_.row(find(k));
-            const Value* g = values.data() + i * width_;
-            if (add) {
-                for (std::size_t j = 0; j < width_; ++j) {
-                    row[j] += g[j];
-                }
-            } else {
-                update(row, g);
-            }
-        });
+        const std::size_t stride = width_ + state_width_;
+        for_each_block(key_seq<Key>::of(m),
+                       [&](std::size_t i, Key, std::uint32_t r, std::size_t n) {
+                           const Value* g = values.data() + i * width_;
+                           Value* row = rows_.row(r);
+                           if (add && state_width_ == 0) {
+                               // Rows of a block are contiguous: one loop over all their values.
+                               for (std::size_t j = 0; j < n * width_; ++j) {
+                                   row[j] += g[j];
+                               }
+                               return;
+                           }
+                           for (std::size_t q = 0; q < n; ++q, row += stride, g += width_) {
+                               if (add) {
+                                   for (std::size_t j = 0; j < width_; ++j) {
+                                       row[j] += g[j];
+                                   }
+                               } else {
+                                   update(row, g);
+                               }
+                           }
+                       });
     }
 
     void apply_clock(std::span<const wire::message* const> pushes, bool mean) noexcept override {
@@ -386,16 +397,25 @@ public:
 
     void read(const wire::message& m, std::byte* out) const override {
         Value* dst = reinterpret_cast<Value*>(out);
-        key_seq<Key>::of(m).for_each([&](std::size_t i, Key k) {
-            Value* d = dst + i * width_;
-            if (const auto r = find(k); r != npos) {
-                std::memcpy(d, rows_.row(r), width_ * sizeof(Value));
-            } else {
-                for (std::size_t j = 0; j < width_; ++j) {
-                    d[j] = static_cast<Value>(init_.value(k, j));
-                }
-            }
-        });
+        const std::size_t stride = width_ + state_width_;
+        for_each_block(key_seq<Key>::of(m),
+                       [&](std::size_t i, Key k, std::uint32_t r, std::size_t n) {
+                           Value* d = dst + i * width_;
+                           if (r == npos) {
+                               for (std::size_t q = 0; q < n; ++q) {
+                                   for (std::size_t j = 0; j < width_; ++j) {
+                                       *d++ = static_cast<Value>(init_.value(k + q, j));
+                                   }
+                               }
+                           } else if (state_width_ == 0) {
+                               std::memcpy(d, rows_.row(r), n * width_ * sizeof(Value));
+                           } else {
+                               const Value* row = rows_.row(r);
+                               for (std::size_t q = 0; q < n; ++q, row += stride, d += width_) {
+                                   std::memcpy(d, row, width_ * sizeof(Value));
+                               }
+                           }
+                       });
     }
 
     [[nodiscard]] std::size_t size() const noexcept override {
@@ -572,10 +592,35 @@ private:
         }
     }
 
+    /// Calls `f(i, key, row, n)` for consecutive keys `key .. key + n - 1` (the i-th key of
+    /// `keys` onwards) whose rows `row .. row + n - 1` are contiguous, or `row == npos` for
+    /// keys not stored: a dense table's key runs go a page at a time, everything else a
+    /// key at a time.
+    template <typename F>
+    void for_each_block(const key_seq<Key>& keys, F&& f) const {
+        if (!dense_ || !keys.runs) {
+            keys.for_each([&](std::size_t i, Key k) { f(i, k, find(k), std::size_t{1}); });
+            return;
+        }
+        std::size_t i = 0;
+        for (std::size_t r = 0; r + 1 < keys.data.size(); r += 2) {
+            for (std::uint64_t k = keys.data[r]; k < keys.data[r + 1];) {
+                const std::uint64_t off = k - dense_->begin;
+                const std::size_t n = static_cast<std::size_t>(
+                    std::min<std::uint64_t>(keys.data[r + 1] - k, page_keys - off % page_keys));
+                const std::uint32_t p = pages_[off / page_keys];
+                f(i, static_cast<Key>(k),
+                  p == npos ? npos : static_cast<std::uint32_t>(p + off % page_keys), n);
+                i += n;
+                k += n;
+            }
+        }
+    }
+
     void reserve_pages(const key_seq<Key>& keys) {
         std::vector<std::size_t> fresh;
         std::size_t last = ~std::size_t{0};
-        keys.for_each([&](std::size_t, Key k) {
+        for_each_block(keys, [&](std::size_t, Key k, std::uint32_t, std::size_t) {
             const std::size_t p = (k - dense_->begin) / page_keys;
             if (p != last && pages_[p] == npos) {
                 fresh.push_back(p);
