@@ -1,5 +1,7 @@
 #include <petrel/wire/frame.hpp>
 
+#include "support/frames.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -9,6 +11,7 @@
 
 using namespace petrel;
 using namespace petrel::wire;
+using petrel::test::frame_of;
 
 namespace {
 
@@ -37,17 +40,6 @@ message make_push(std::size_t n, std::uint32_t width) {
     m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
     m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
     return m;
-}
-
-/// The frame of `m` as one byte string.
-std::vector<std::byte> frame_of(const message& m) {
-    std::vector<std::byte> out;
-    encode_head(m, out);
-    for (const auto& seg : m.segments) {
-        out.insert(out.end(), seg.data(), seg.data() + seg.size());
-        out.resize(out.size() + (padded(seg.size()) - seg.size()));
-    }
-    return out;
 }
 
 struct feed_result {
@@ -379,4 +371,15 @@ TEST_CASE("frame: key runs stand for every key of each run and are checked", "[w
     auto reply = runs_push({0, 8}, 8);
     reply.header.kind = message_kind::pull_reply;
     CHECK(validate(reply, {}) == errc::segment_size_mismatch);
+}
+
+TEST_CASE("frame: header size is what the encoder writes", "[wire]") {
+    message m = make_push(3, 1);
+    for (std::size_t clocks : {0, 1, 5}) {
+        m.header.clocks.assign(clocks, clock_entry{1, 2, 3, 4});
+        std::vector<std::byte> head;
+        encode_head(m, head);
+        CHECK(head.size() == prefix_bytes + encoded_header_bytes(m.header));
+        CHECK(frame_bytes(m.header) == head.size() + framed_payload_bytes(m.header));
+    }
 }

@@ -50,10 +50,13 @@ enum class errc : int {
     unknown_function,
     // Checkpoints.
     checkpoint_failed,
+    // Traffic reduction.
+    malformed_payload,
+    key_cache_miss,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::checkpoint_failed;
+inline constexpr errc last_errc = errc::key_cache_miss;
 
 namespace detail {
 
@@ -145,6 +148,12 @@ public:
         case errc::checkpoint_failed:
             return "a checkpoint could not be written or read: the log names the file and the "
                    "reason (a full disk, a missing directory, a truncated or corrupted file)";
+        case errc::malformed_payload:
+            return "a compressed payload segment does not decode, or a key list does not match "
+                   "its digest: the peer sent corrupt data; the connection is closed";
+        case errc::key_cache_miss:
+            return "the receiver does not hold the key list the request refers to (a new "
+                   "connection, or evicted from its key cache); the sender sends the keys again";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

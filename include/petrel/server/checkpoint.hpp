@@ -1,7 +1,7 @@
 // Petrel: checkpoint files: each server's rows of a table, and a manifest per table.
 #pragma once
 
-#include <petrel/server/detail/checksum.hpp>
+#include <petrel/core/detail/checksum.hpp>
 #include <petrel/server/detail/json.hpp>
 #include <petrel/wire/detail/streambuf.hpp>
 #include <petrel/wire/header.hpp>

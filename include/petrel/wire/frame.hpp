@@ -3,8 +3,10 @@
 
 #include <petrel/core/buffer_pool.hpp>
 #include <petrel/core/error.hpp>
+#include <petrel/wire/compression.hpp>
 #include <petrel/wire/detail/streambuf.hpp>
 #include <petrel/wire/header.hpp>
+#include <petrel/wire/key_cache.hpp>
 #include <petrel/wire/message.hpp>
 
 #include <cereal/archives/binary.hpp>
@@ -27,6 +29,9 @@ struct wire_limits {
     std::uint64_t max_frame_bytes = std::uint64_t{1} << 30;
     /// Largest serialized header accepted.
     std::uint32_t max_header_bytes = 64 * 1024;
+    /// Bytes of key lists a connection keeps for its peer (key caching); the least
+    /// recently used lists go first beyond this.
+    std::size_t max_key_cache_bytes = std::size_t{64} << 20;
 };
 
 /// A frame is `prefix | header | segment 0 | pad | segment 1 | pad | segment 2 | pad`.
@@ -55,6 +60,17 @@ struct frame_prefix {
         n += padded(s);
     }
     return n;
+}
+
+/// Bytes of the serialized header `h` (Cereal's binary archive writes each field as it
+/// is): 119 fixed bytes plus 28 per clock entry.
+[[nodiscard]] constexpr std::uint64_t encoded_header_bytes(const message_header& h) noexcept {
+    return 119 + 28 * static_cast<std::uint64_t>(h.clocks.size());
+}
+
+/// Bytes a frame carrying `h` takes on the wire: prefix, header and padded segments.
+[[nodiscard]] inline std::uint64_t frame_bytes(const message_header& h) noexcept {
+    return prefix_bytes + encoded_header_bytes(h) + framed_payload_bytes(h);
 }
 
 /// Writes the prefix and the serialized header of `m` into `out` (replacing its
@@ -182,6 +198,37 @@ template <typename Key>
         }
         return padded(body) == payload_bytes ? std::error_code{} : errc::segment_size_mismatch;
     }
+    // Every segment fits the payload, and the padded segments fill it exactly.
+    auto segments_add_up = [&]() -> std::error_code {
+        std::uint64_t total = 0;
+        for (auto s : h.segment_bytes) {
+            if (s > payload_bytes) {
+                return errc::segment_size_mismatch;
+            }
+            total += padded(s);
+        }
+        return total == payload_bytes ? std::error_code{} : errc::segment_size_mismatch;
+    };
+    if ((h.encoding & ~encoding_known_mask) != 0) {
+        return errc::malformed_header;
+    }
+    const bool cached = (h.encoding & encoding_keys_cached) != 0;
+    const bool stored = (h.encoding & encoding_keys_store) != 0;
+    const bool keyed_request = h.kind == message_kind::push || h.kind == message_kind::pull;
+    if (cached || stored) {
+        if ((cached && stored) || !keyed_request || h.key_list_id == 0 || h.key_count == 0 ||
+            (h.flags & flag_key_runs) != 0) {
+            return errc::malformed_header;
+        }
+    }
+    if ((h.encoding & encoding_snappy_mask) != 0) {
+        if (!keyed_request && h.kind != message_kind::pull_reply) {
+            return errc::malformed_header;
+        }
+        // The sizes are checked against the header once the segments are decompressed
+        // (`receive`); here only that they add up to the payload.
+        return segments_add_up();
+    }
     const std::size_t ks = size_of(h.key_type);
     const std::size_t vs = size_of(h.value_type);
     if ((h.key_type != scalar_type::u32 && h.key_type != scalar_type::u64) ||
@@ -196,15 +243,8 @@ template <typename Key>
     if (h.range_begin > h.range_end || (h.key_count > 0 && h.range_begin == h.range_end)) {
         return errc::malformed_header;
     }
-    std::uint64_t total = 0;
-    for (auto s : h.segment_bytes) {
-        if (s > payload_bytes) {
-            return errc::segment_size_mismatch;
-        }
-        total += padded(s);
-    }
-    if (total != payload_bytes) {
-        return errc::segment_size_mismatch;
+    if (auto ec = segments_add_up()) {
+        return ec;
     }
     const auto keys = h.segment_bytes[keys_segment];
     const auto values = h.segment_bytes[values_segment];
@@ -248,7 +288,7 @@ template <typename Key>
     }
     switch (h.kind) {
     case message_kind::push:
-        if (keys != key_bytes) {
+        if (keys != (cached ? 0 : key_bytes)) {
             return errc::segment_size_mismatch;
         }
         if (lengths == 0) {
@@ -259,8 +299,9 @@ template <typename Key>
         }
         return {};
     case message_kind::pull:
-        return (keys == key_bytes && values == 0 && lengths == 0) ? std::error_code{}
-                                                                  : errc::segment_size_mismatch;
+        return (keys == (cached ? 0 : key_bytes) && values == 0 && lengths == 0)
+                   ? std::error_code{}
+                   : errc::segment_size_mismatch;
     case message_kind::push_reply:
         return (keys | values | lengths) == 0 ? std::error_code{} : errc::segment_size_mismatch;
     case message_kind::pull_reply:
@@ -291,12 +332,14 @@ template <typename Key>
         }
     }
     const bool runs = (h.flags & flag_key_runs) != 0;
+    const bool unresolved = (h.encoding & encoding_keys_cached) != 0;
     const std::error_code ec =
-        runs ? (h.key_type == scalar_type::u32
-                    ? detail::check_runs<std::uint32_t>(m.keys(), h.range_begin, h.range_end,
-                                                        h.key_count)
-                    : detail::check_runs<std::uint64_t>(m.keys(), h.range_begin, h.range_end,
-                                                        h.key_count))
+        unresolved ? std::error_code{}
+        : runs     ? (h.key_type == scalar_type::u32
+                          ? detail::check_runs<std::uint32_t>(m.keys(), h.range_begin, h.range_end,
+                                                          h.key_count)
+                          : detail::check_runs<std::uint64_t>(m.keys(), h.range_begin, h.range_end,
+                                                          h.key_count))
         : h.key_type == scalar_type::u32
             ? detail::check_keys<std::uint32_t>(m.keys(), h.range_begin, h.range_end)
             : detail::check_keys<std::uint64_t>(m.keys(), h.range_begin, h.range_end);
@@ -317,9 +360,11 @@ template <typename Key>
     return {};
 }
 
-/// All checks a receiver makes, for a message that did not come through a decoder
-/// (the in-process transport).
-[[nodiscard]] inline std::error_code validate(const message& m, const wire_limits& limits) {
+namespace detail {
+
+/// The frame-level checks of a message that did not come through a decoder: its size
+/// against the limits, magic, version and `check_header`.
+[[nodiscard]] inline std::error_code check_unframed(const message& m, const wire_limits& limits) {
     const std::uint64_t payload = framed_payload_bytes(m.header);
     if (payload > limits.max_frame_bytes) {
         return errc::frame_too_large;
@@ -330,8 +375,75 @@ template <typename Key>
     if (m.header.version != protocol_version) {
         return errc::unsupported_version;
     }
-    if (auto ec = check_header(m.header, payload)) {
+    return check_header(m.header, payload);
+}
+
+} // namespace detail
+
+/// Undoes the encodings of a message whose header passed `check_header`, and checks its
+/// payload: snappy segments are decompressed (raw lengths checked against the limits
+/// first) and the header checked again; a key list reference is replaced by the keys
+/// `cache` holds, or left as it is when it holds none (the server answers
+/// `errc::key_cache_miss`); keys are checked (`check_payload`); keys sent to be kept are
+/// checked against their digest and kept in `cache`. Sets `m.received_bytes`.
+[[nodiscard]] inline std::error_code receive(message& m, const wire_limits& limits,
+                                             buffer_pool& pool, key_cache_receiver* cache) {
+    auto& h = m.header;
+    m.received_bytes = framed_payload_bytes(h);
+    m.received_values_bytes = h.segment_bytes[values_segment];
+    if ((h.encoding & encoding_snappy_mask) != 0) {
+        if (auto ec = decompress(m, limits.max_frame_bytes, pool)) {
+            return ec;
+        }
+        if (auto ec = check_header(h, framed_payload_bytes(h))) {
+            return ec;
+        }
+    }
+    if ((h.encoding & encoding_keys_cached) != 0 && cache) {
+        const std::uint64_t bytes = h.key_count * size_of(h.key_type); // checked: no overflow
+        if (auto keys = cache->find(h.key_list_id, h.key_list_digest, h.key_type, bytes)) {
+            m.set_segment(keys_segment, std::move(*keys));
+            h.encoding &= static_cast<std::uint8_t>(~encoding_keys_cached);
+        }
+    }
+    if (auto ec = check_payload(m)) {
         return ec;
+    }
+    if ((h.encoding & encoding_keys_store) != 0) {
+        if (key_list_digest(m.keys().span()) != h.key_list_digest) {
+            return errc::malformed_payload;
+        }
+        if (cache) {
+            cache->store(h.key_list_id, h.key_list_digest, h.key_type, m.keys().span(), pool);
+        }
+        h.encoding &= static_cast<std::uint8_t>(~encoding_keys_store);
+    }
+    return {};
+}
+
+/// All checks a receiver makes, for a message that did not come through a decoder
+/// (the in-process transport), and the decoding of `receive`.
+[[nodiscard]] inline std::error_code validate(message& m, const wire_limits& limits,
+                                              buffer_pool& pool, key_cache_receiver* cache) {
+    if (auto ec = detail::check_unframed(m, limits)) {
+        return ec;
+    }
+    for (std::size_t i = 0; i < segment_count; ++i) {
+        if (m.segments[i].size() != m.header.segment_bytes[i]) {
+            return errc::segment_size_mismatch;
+        }
+    }
+    return receive(m, limits, pool, cache);
+}
+
+/// All checks a receiver makes, for a message that did not come through a decoder and
+/// carries no encoding (compressed segments or key list references are refused).
+[[nodiscard]] inline std::error_code validate(const message& m, const wire_limits& limits) {
+    if (auto ec = detail::check_unframed(m, limits)) {
+        return ec;
+    }
+    if (m.header.encoding != 0) {
+        return errc::malformed_header;
     }
     return check_payload(m);
 }
@@ -349,7 +461,7 @@ template <typename Key>
 class frame_decoder {
 public:
     frame_decoder(wire_limits limits, std::shared_ptr<buffer_pool> pool)
-        : limits_(limits), pool_(std::move(pool)),
+        : limits_(limits), pool_(std::move(pool)), key_cache_(limits.max_key_cache_bytes),
           staging_(std::max<std::size_t>(64 * 1024, prefix_bytes + limits.max_header_bytes)) {}
 
     /// Where the next bytes from the stream go. Never empty unless the decoder failed.
@@ -432,6 +544,9 @@ public:
 
     [[nodiscard]] std::error_code error() const noexcept { return failed_; }
 
+    /// The key lists this connection's peer asked to keep.
+    [[nodiscard]] const key_cache_receiver& key_cache() const noexcept { return key_cache_; }
+
 private:
     template <typename OnMessage>
     std::error_code finish(OnMessage& on_message) {
@@ -442,7 +557,7 @@ private:
             offset += padded(n);
         }
         body_ = {};
-        if (auto ec = check_payload(current_)) {
+        if (auto ec = receive(current_, limits_, *pool_, &key_cache_)) {
             return ec;
         }
         on_message(std::move(current_));
@@ -458,6 +573,7 @@ private:
 
     wire_limits limits_;
     std::shared_ptr<buffer_pool> pool_;
+    key_cache_receiver key_cache_;
     std::vector<std::byte> staging_;
     std::size_t begin_ = 0;
     std::size_t end_ = 0;

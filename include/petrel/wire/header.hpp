@@ -22,7 +22,7 @@ static_assert(std::endian::native == std::endian::little,
 /// "PTRL" read as a little-endian 32-bit number.
 inline constexpr std::uint32_t magic = 0x4C525450;
 /// Bumped on every incompatible change of the header or frame layout.
-inline constexpr std::uint16_t protocol_version = 2;
+inline constexpr std::uint16_t protocol_version = 3;
 /// The most clock entries one header may carry (bounds what a decoder allocates).
 inline constexpr std::uint32_t max_clock_entries = 4096;
 /// The largest body of a control message (membership, barriers, heartbeats).
@@ -64,7 +64,31 @@ enum message_flag : std::uint8_t {
     /// disjoint, standing for every key of each run (`key_count` keys in all); a range
     /// push or pull sends no per-key list.
     flag_key_runs = 8,
+    /// pull, call: the worker takes a reply whose values are snappy-compressed, and the
+    /// server compresses them where that pays (`server_options::compression`).
+    flag_compress_reply = 16,
 };
+
+/// Bits of `message_header::encoding`: how the payload segments were encoded on the way.
+/// A receiver undoes every encoding (`wire::receive`) before anything reads the payload.
+enum encoding_flag : std::uint8_t {
+    /// The keys segment is a snappy block (its raw length inside, checked before use).
+    encoding_keys_snappy = 1,
+    /// The values segment is a snappy block.
+    encoding_values_snappy = 2,
+    /// push, pull: no keys segment; the keys are the list the sender stored on this
+    /// connection as `key_list_id` (with digest `key_list_digest` and `key_count` keys).
+    /// A receiver that does not hold that list leaves this bit set, and the server answers
+    /// `errc::key_cache_miss`; the sender then sends the keys again.
+    encoding_keys_cached = 4,
+    /// push, pull: the keys segment holds the keys; the receiver keeps them on this
+    /// connection as list `key_list_id` (their digest is `key_list_digest`).
+    encoding_keys_store = 8,
+};
+
+inline constexpr std::uint8_t encoding_snappy_mask = encoding_keys_snappy | encoding_values_snappy;
+inline constexpr std::uint8_t encoding_known_mask =
+    encoding_keys_snappy | encoding_values_snappy | encoding_keys_cached | encoding_keys_store;
 
 /// `message_header::worker` of a request that is not part of any worker's clock.
 inline constexpr std::uint32_t no_worker = 0xFFFFFFFF;
@@ -141,6 +165,12 @@ struct message_header {
     /// worker must have completed on the range before the server answers; clock: the
     /// clocks the worker has now completed.
     std::uint64_t clock = 0;
+    /// `encoding_flag` bits: how the segments travel (compressed, keys by reference).
+    std::uint8_t encoding = 0;
+    /// With `encoding_keys_cached` or `encoding_keys_store`: the sender's number for the
+    /// key list on this connection (never 0) and the XXH64 digest of its bytes.
+    std::uint64_t key_list_id = 0;
+    std::uint64_t key_list_digest = 0;
     /// On replies: the clocks of the range (every live worker's, per key range).
     std::vector<clock_entry> clocks;
     std::array<std::uint64_t, segment_count> segment_bytes{};
@@ -150,7 +180,8 @@ struct message_header {
     template <class Archive>
     void save(Archive& ar) const {
         ar(magic, version, kind, flags, sender, receiver, request_id, table_id, key_type,
-           value_type, width, status, range_begin, range_end, key_count, worker, clock);
+           value_type, width, status, range_begin, range_end, key_count, worker, clock, encoding,
+           key_list_id, key_list_digest);
         const auto n = static_cast<std::uint32_t>(clocks.size());
         ar(n);
         for (const auto& c : clocks) {
@@ -174,7 +205,8 @@ struct message_header {
             return;
         }
         ar(kind, flags, sender, receiver, request_id, table_id, key_type, value_type, width, status,
-           range_begin, range_end, key_count, worker, clock);
+           range_begin, range_end, key_count, worker, clock, encoding, key_list_id,
+           key_list_digest);
         std::uint32_t n = 0;
         ar(n);
         if (n > max_clock_entries) {

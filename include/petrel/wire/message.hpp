@@ -21,6 +21,11 @@ namespace petrel::wire {
 struct message {
     message_header header;
     std::array<shared_bytes, segment_count> segments;
+    /// On a received message: its payload bytes as they arrived (padded, before
+    /// decompression). 0 on a message built to send.
+    std::uint64_t received_bytes = 0;
+    /// On a received message: the values segment's bytes as they arrived.
+    std::uint64_t received_values_bytes = 0;
 
     /// Sets segment `s` and records its size in the header.
     void set_segment(segment s, shared_bytes bytes) {

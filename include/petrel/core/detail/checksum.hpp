@@ -1,4 +1,4 @@
-// Petrel: a 64-bit checksum of byte streams (XXH64), for checkpoint files.
+// Petrel: a 64-bit checksum of byte streams (XXH64), for checkpoint files and key lists.
 #pragma once
 
 #include <array>

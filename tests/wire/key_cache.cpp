@@ -1,0 +1,196 @@
+#include <petrel/wire/key_cache.hpp>
+
+#include <petrel/wire/frame.hpp>
+
+#include "support/frames.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+using namespace petrel;
+using namespace petrel::wire;
+
+namespace {
+
+shared_bytes keys_of(std::vector<std::uint64_t> keys) {
+    return shared_bytes::copy_of(std::as_bytes(std::span(keys)));
+}
+
+std::vector<std::uint64_t> iota_keys(std::size_t n, std::uint64_t first = 0) {
+    std::vector<std::uint64_t> k(n);
+    std::iota(k.begin(), k.end(), first);
+    return k;
+}
+
+/// A push of `keys` with one float each, sent with key caching as `d` says.
+message push_of(const std::vector<std::uint64_t>& keys, key_cache_sender::decision d) {
+    std::vector<float> values(keys.size(), 1.0f);
+    message m;
+    m.header.kind = message_kind::push;
+    m.header.key_count = keys.size();
+    m.header.range_begin = keys.front();
+    m.header.range_end = keys.back() + 1;
+    m.header.key_list_id = d.id;
+    m.header.key_list_digest = d.digest;
+    m.header.encoding = d.known ? encoding_keys_cached : encoding_keys_store;
+    if (!d.known) {
+        m.set_segment(keys_segment, keys_of(keys));
+    }
+    m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    return m;
+}
+
+/// Feeds frames through one decoder (one connection), collecting messages.
+struct connection_end {
+    frame_decoder dec;
+    explicit connection_end(wire_limits l = {}) : dec(l, std::make_shared<buffer_pool>()) {}
+    std::error_code feed(const message& m, std::vector<message>& out) {
+        return petrel::test::feed_all(dec, petrel::test::frame_of(m), out);
+    }
+};
+
+std::vector<std::uint64_t> keys_in(const message& m) {
+    const auto k = m.keys().as<std::uint64_t>();
+    return {k.begin(), k.end()};
+}
+
+} // namespace
+
+TEST_CASE("key_cache: the sender refers to a list it sent, compared byte for byte",
+          "[wire][efficiency]") {
+    key_cache_sender s(1 << 20);
+    const auto a = keys_of(iota_keys(100));
+    const auto first = s.lookup(a, scalar_type::u64);
+    CHECK_FALSE(first.known);
+    CHECK(first.id == 1);
+    const auto again = s.lookup(keys_of(iota_keys(100)), scalar_type::u64); // another copy
+    CHECK(again.known);
+    CHECK(again.id == first.id);
+    CHECK(again.digest == first.digest);
+    CHECK_FALSE(s.lookup(keys_of(iota_keys(100, 1)), scalar_type::u64).known);
+    CHECK_FALSE(s.lookup(a, scalar_type::u32).known); // same bytes, other key type
+    CHECK(s.size() == 3);
+}
+
+TEST_CASE("key_cache: the sender forgets the least recently used lists beyond its bytes",
+          "[wire][efficiency]") {
+    key_cache_sender s(2 * 800);
+    const auto a = keys_of(iota_keys(100, 0));
+    const auto b = keys_of(iota_keys(100, 1000));
+    const auto c = keys_of(iota_keys(100, 2000));
+    REQUIRE_FALSE(s.lookup(a, scalar_type::u64).known);
+    REQUIRE_FALSE(s.lookup(b, scalar_type::u64).known);
+    REQUIRE(s.lookup(a, scalar_type::u64).known);       // a is now the most recent
+    REQUIRE_FALSE(s.lookup(c, scalar_type::u64).known); // evicts b
+    CHECK(s.bytes() <= 1600);
+    CHECK(s.lookup(a, scalar_type::u64).known);
+    CHECK_FALSE(s.lookup(b, scalar_type::u64).known);
+    const auto huge = keys_of(iota_keys(1000));
+    const auto d = s.lookup(huge, scalar_type::u64);
+    CHECK_FALSE(d.known);
+    CHECK_FALSE(s.lookup(huge, scalar_type::u64).known); // never kept: larger than the cache
+}
+
+TEST_CASE("key_cache: the receiver resolves only an exact match", "[wire][efficiency]") {
+    buffer_pool pool;
+    key_cache_receiver r(1 << 20);
+    const auto keys = keys_of(iota_keys(50));
+    const auto digest = key_list_digest(keys.span());
+    r.store(7, digest, scalar_type::u64, keys.span(), pool);
+    REQUIRE(r.find(7, digest, scalar_type::u64, keys.size()));
+    CHECK(std::memcmp(r.find(7, digest, scalar_type::u64, keys.size())->data(), keys.data(),
+                      keys.size()) == 0);
+    CHECK_FALSE(r.find(8, digest, scalar_type::u64, keys.size()));
+    CHECK_FALSE(r.find(7, digest + 1, scalar_type::u64, keys.size()));
+    CHECK_FALSE(r.find(7, digest, scalar_type::u32, keys.size()));
+    CHECK_FALSE(r.find(7, digest, scalar_type::u64, keys.size() - 8));
+    SECTION("a list stored again under its number replaces the old one") {
+        const auto other = keys_of(iota_keys(50, 100));
+        r.store(7, key_list_digest(other.span()), scalar_type::u64, other.span(), pool);
+        CHECK_FALSE(r.find(7, digest, scalar_type::u64, keys.size()));
+        CHECK(r.size() == 1);
+        CHECK(r.bytes() == other.size());
+    }
+    SECTION("least recently used lists go first") {
+        key_cache_receiver small(1000);
+        const auto a = keys_of(iota_keys(70, 0));
+        const auto b = keys_of(iota_keys(70, 100));
+        small.store(1, key_list_digest(a.span()), scalar_type::u64, a.span(), pool);
+        small.store(2, key_list_digest(b.span()), scalar_type::u64, b.span(), pool);
+        CHECK(small.size() == 1);
+        CHECK(small.find(2, key_list_digest(b.span()), scalar_type::u64, b.size()));
+        CHECK(small.bytes() <= 1000);
+    }
+}
+
+TEST_CASE("key_cache: over a connection, a repeated list travels as a reference",
+          "[wire][efficiency]") {
+    key_cache_sender sender(1 << 20);
+    connection_end receiver;
+    const auto keys = iota_keys(64, 10);
+    std::vector<message> got;
+    const auto first = sender.lookup(keys_of(keys), scalar_type::u64);
+    REQUIRE_FALSE(receiver.feed(push_of(keys, first), got));
+    const auto second = sender.lookup(keys_of(keys), scalar_type::u64);
+    REQUIRE(second.known);
+    const auto ref = push_of(keys, second);
+    CHECK(ref.keys().empty());
+    REQUIRE_FALSE(receiver.feed(ref, got));
+    REQUIRE(got.size() == 2);
+    for (const auto& m : got) {
+        CHECK(m.header.encoding == 0);
+        CHECK(keys_in(m) == keys);
+    }
+    CHECK(receiver.dec.key_cache().size() == 1);
+}
+
+TEST_CASE("key_cache: a reference the receiver does not hold is delivered unresolved",
+          "[wire][efficiency]") {
+    connection_end receiver;
+    const auto keys = iota_keys(64);
+    std::vector<message> got;
+    REQUIRE_FALSE(
+        receiver.feed(push_of(keys, {5, key_list_digest(keys_of(keys).span()), true}), got));
+    REQUIRE(got.size() == 1);
+    CHECK((got[0].header.encoding & encoding_keys_cached) != 0);
+    CHECK(got[0].keys().empty());
+}
+
+TEST_CASE("key_cache: bad references and stores are refused", "[wire][efficiency]") {
+    const auto keys = iota_keys(64);
+    const auto digest = key_list_digest(keys_of(keys).span());
+    std::vector<message> got;
+    SECTION("stored keys that do not match their digest") {
+        connection_end receiver;
+        CHECK(receiver.feed(push_of(keys, {1, digest + 1, false}), got) == errc::malformed_payload);
+    }
+    SECTION("unsorted stored keys are checked like any keys") {
+        connection_end receiver;
+        auto bad = keys;
+        std::swap(bad[3], bad[4]);
+        auto m = push_of(keys, {1, digest, false});
+        m.set_segment(keys_segment, keys_of(bad));
+        m.header.key_list_digest = key_list_digest(m.keys().span());
+        CHECK(receiver.feed(m, got) == errc::keys_not_sorted);
+    }
+    SECTION("both reference and store, number 0, or a reference with keys") {
+        auto both = push_of(keys, {1, digest, false});
+        both.header.encoding |= encoding_keys_cached;
+        CHECK(check_header(both.header, framed_payload_bytes(both.header)) ==
+              errc::malformed_header);
+        auto zero = push_of(keys, {0, digest, false});
+        CHECK(check_header(zero.header, framed_payload_bytes(zero.header)) ==
+              errc::malformed_header);
+        auto with_keys = push_of(keys, {1, digest, true});
+        with_keys.set_segment(keys_segment, keys_of(keys));
+        CHECK(check_header(with_keys.header, framed_payload_bytes(with_keys.header)) ==
+              errc::segment_size_mismatch);
+        auto reply = push_of(keys, {1, digest, true});
+        reply.header.kind = message_kind::push_reply;
+        CHECK(check_header(reply.header, framed_payload_bytes(reply.header)) ==
+              errc::malformed_header);
+    }
+}
