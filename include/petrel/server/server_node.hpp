@@ -13,6 +13,7 @@
 #include <petrel/server/table_registry.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/transport.hpp>
+#include <petrel/wire/compression.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
@@ -50,6 +51,11 @@ struct server_options {
     /// The declared tables (storage, initial values, update rules); tables not declared
     /// are sparse, summing and zero-initialised. None when null.
     std::shared_ptr<const table_registry> tables{};
+    /// How pull replies are compressed for workers that ask for it (a store whose
+    /// `kv_store_options::compression` is on): snappy where it pays on a link of
+    /// `link_gbps` (see `wire::compression_options`). Workers that do not ask get raw
+    /// values.
+    wire::compression_options compression{.mode = wire::compression_mode::adaptive};
 };
 
 /// The most key ranges with distinct clocks a table keeps; a tick that could split more
@@ -130,7 +136,7 @@ public:
             std::lock_guard lock(state_->mutex);
             state_->depart(worker, nullptr, out);
         }
-        state::send(out);
+        state_->send(out);
     }
 
     /// Keys stored in a table (0 for a table that does not exist).
@@ -323,8 +329,16 @@ private:
                                                   : static_cast<int>(errc::remote_error));
         }
 
-        static void send(outbox& out) {
+        /// Sends the replies (outside the lock), compressing the values of pull replies
+        /// to workers that asked for it, where it pays.
+        void send(outbox& out) const {
             for (auto& [c, m] : out) {
+                if ((m.header.flags & wire::flag_compress_reply) != 0) {
+                    m.header.flags &= static_cast<std::uint8_t>(~wire::flag_compress_reply);
+                    if (m.header.status == 0) {
+                        wire::compress_segment(m, wire::values_segment, opts.compression, *pool);
+                    }
+                }
                 c->send(std::move(m));
             }
         }
@@ -449,6 +463,12 @@ private:
         void on_push(const connection_ptr& c, wire::message&& m, outbox& out) {
             const auto h = m.header;
             const bool ordered = (h.flags & wire::flag_ordered) != 0;
+            if ((h.encoding & wire::encoding_keys_cached) != 0) {
+                // The keys are a list this connection does not hold: the worker resends them.
+                out.emplace_back(c,
+                                 refusal(h, wire::message_kind::push_reply, errc::key_cache_miss));
+                return;
+            }
             std::error_code ec = check_worker(h, ordered);
             if (!ec && !m.lengths().empty()) {
                 ec = errc::invalid_argument; // variable-length rows: not supported by tables
@@ -507,7 +527,9 @@ private:
             const auto reply_kind = h.kind == wire::message_kind::pull
                                         ? wire::message_kind::pull_reply
                                         : wire::message_kind::call_reply;
-            std::error_code ec = check_worker(h, false);
+            std::error_code ec = (h.encoding & wire::encoding_keys_cached) != 0
+                                     ? make_error_code(errc::key_cache_miss)
+                                     : check_worker(h, false);
             table_slot* s = ec ? nullptr : slot(h.table_id, ec);
             if (!ec && !s->gate.readable(range_of(h), h.clock) &&
                 s->gate.parked() >= opts.max_parked) {
@@ -608,6 +630,7 @@ private:
             }
             reply.header.key_count = h.key_count;
             reply.header.clocks = s.gate.entries(range_of(h), max_entries());
+            reply.header.flags |= h.flags & wire::flag_compress_reply; // compressed in send()
             return reply;
         }
 

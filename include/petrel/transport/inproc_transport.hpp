@@ -34,7 +34,9 @@ public:
     inproc_connection(asio::any_io_executor ex, const transport_options& opts,
                       connection_handlers h, std::string remote)
         : strand_(asio::make_strand(std::move(ex))), limits_(opts.limits), log_(opts.log),
-          handlers_(std::move(h)), remote_(std::move(remote)) {}
+          pool_(opts.pool ? opts.pool : std::make_shared<buffer_pool>()),
+          key_cache_(opts.limits.max_key_cache_bytes), handlers_(std::move(h)),
+          remote_(std::move(remote)) {}
 
     void pair_with(const std::shared_ptr<inproc_connection>& peer) { peer_ = peer; }
     void set_on_gone(std::function<void(inproc_connection*)> f) { on_gone_ = std::move(f); }
@@ -60,7 +62,7 @@ private:
         if (closed_) {
             return;
         }
-        if (auto ec = wire::validate(m, limits_)) {
+        if (auto ec = wire::validate(m, limits_, *pool_, &key_cache_)) {
             if (log_) {
                 log_(log_level::warning,
                      "closing connection with " + remote_ + ": invalid message: " + ec.message());
@@ -105,6 +107,8 @@ private:
     asio::strand<asio::any_io_executor> strand_;
     wire::wire_limits limits_;
     logger log_;
+    std::shared_ptr<buffer_pool> pool_;
+    wire::key_cache_receiver key_cache_; // used on the strand only
     connection_handlers handlers_;
     std::string remote_;
     std::weak_ptr<inproc_connection> peer_;
