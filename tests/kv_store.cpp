@@ -493,3 +493,244 @@ TEMPLATE_TEST_CASE("kv_store: range pushes and pulls send runs and match keyed o
     CHECK_THROWS(
         kv.pull(petrel::key_range<std::uint32_t>{10, 0xFFFFFFFFu}, asio::use_future).get());
 }
+
+// ---------------------------------------------------------------------------------------
+// Communication efficiency: pulls into the caller's memory, key caching, compression,
+// filters and the traffic counters.
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+/// Three servers whose ring changes owner every few keys, and stores on them.
+template <typename Kind>
+struct three_servers {
+    io_threads io{2};
+    transport_factory<Kind> factory;
+    std::vector<std::unique_ptr<petrel::server_node>> servers;
+    std::vector<std::string> addresses;
+
+    explicit three_servers(petrel::transport_options transport_opts = {},
+                           petrel::server_options server_opts = {}) {
+        for (int i = 0; i < 3; ++i) {
+            servers.push_back(std::make_unique<petrel::server_node>(
+                factory.make(io.executor(), transport_opts), server_opts));
+            addresses.push_back(servers.back()->listen(factory.listen_address()));
+        }
+    }
+    petrel::kv_store_options<key_t64> options(std::size_t width = 1) {
+        petrel::kv_store_options<key_t64> o;
+        o.servers = addresses;
+        o.width = width;
+        o.ring = {.partitions = 16, .stripe_keys = 4};
+        o.request_timeout = 20s;
+        return o;
+    }
+};
+
+std::vector<key_t64> random_keys(std::size_t n, std::uint64_t seed) {
+    std::vector<key_t64> keys;
+    std::uint64_t x = seed;
+    while (keys.size() < n) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        keys.push_back(x >> 20);
+    }
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
+}
+
+} // namespace
+
+TEMPLATE_TEST_CASE("kv_store: a pull into the caller's memory writes the rows in key order",
+                   "[kv_store][efficiency]", over_tcp, over_inproc) {
+    three_servers<TestType> c;
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(c.factory.make(c.io.executor()),
+                                                          c.options(2));
+    const auto keys = random_keys(3000, 1);
+    xt::xtensor<float, 2> rows({keys.size(), 2});
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        rows(i, 0) = static_cast<float>(i);
+        rows(i, 1) = -static_cast<float>(i);
+    }
+    kv.push(keys, rows, asio::use_future).get();
+    xt::xtensor<float, 2> out({keys.size(), 2});
+    out.fill(99.0f);
+    kv.pull(keys, std::span<float>(out.data(), out.size()), asio::use_future).get();
+    CHECK((out == rows));
+    SECTION("one server's keys only") {
+        const std::vector<key_t64> one{keys[10]};
+        std::vector<float> two(2);
+        kv.pull(one, std::span<float>(two), asio::use_future).get();
+        CHECK(two == std::vector<float>{10.0f, -10.0f});
+    }
+    SECTION("a wrong size is refused") {
+        std::vector<float> small(3);
+        CHECK_THROWS(kv.pull(keys, std::span<float>(small), asio::use_future).get());
+    }
+    SECTION("a range") {
+        auto o = c.options(1);
+        o.table_id = 1;
+        petrel::kv_store<std::uint64_t, float, petrel::eventual> dense(
+            c.factory.make(c.io.executor()), o);
+        const petrel::key_range<std::uint64_t> r{1000, 1100};
+        xt::xtensor<float, 1> v = xt::arange<float>(100.0f);
+        dense.push(r, v, asio::use_future).get();
+        std::vector<float> got(100);
+        dense.pull(r, std::span<float>(got), asio::use_future).get();
+        CHECK(got[0] == 0.0f);
+        CHECK(got[99] == 99.0f);
+    }
+}
+
+TEMPLATE_TEST_CASE("kv_store: key caching sends a repeated key set as a reference",
+                   "[kv_store][efficiency]", over_tcp, over_inproc) {
+    three_servers<TestType> c;
+    auto with = c.options();
+    with.key_caching = true;
+    petrel::kv_store<key_t64, float, petrel::eventual> cached(c.factory.make(c.io.executor()),
+                                                              with);
+    auto without = c.options();
+    without.table_id = 1;
+    petrel::kv_store<key_t64, float, petrel::eventual> plain(c.factory.make(c.io.executor()),
+                                                             without);
+    const auto keys = random_keys(20000, 2);
+    const xt::xtensor<float, 1> grad = xt::ones<float>({keys.size()});
+    for (int i = 0; i < 5; ++i) {
+        cached.push(keys, grad, asio::use_future).get();
+        plain.push(keys, grad, asio::use_future).get();
+        const auto a = cached.pull(keys, asio::use_future).get();
+        const auto b = plain.pull(keys, asio::use_future).get();
+        CHECK((a.values() == b.values()));
+        CHECK(a.values()(0) == static_cast<float>(i + 1));
+    }
+    const auto t = cached.traffic();
+    const auto p = plain.traffic();
+    CHECK(t.key_cache_misses == 0);
+    CHECK(t.key_cache_hits >= 9 * 3 - 3); // every push and pull after the first, per server
+    CHECK(t.key_cache.in == p.key_cache.in);
+    CHECK(t.key_cache.out * 5 <= t.key_cache.in);
+    CHECK(t.sent_bytes * 2 <= p.sent_bytes); // key caching at least halves the bytes
+    CHECK(p.key_cache.in == p.key_cache.out);
+    CHECK(t.requests == p.requests);
+    CHECK(t.replies == t.requests);
+}
+
+TEMPLATE_TEST_CASE("kv_store: a key list the server no longer holds is resent, never misread",
+                   "[kv_store][efficiency]", over_tcp, over_inproc) {
+    petrel::transport_options small;
+    small.limits.max_key_cache_bytes = 12 * 1024; // one list of ~1000 keys per connection
+    three_servers<TestType> c(small);
+    auto o = c.options();
+    o.key_caching = true;
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(c.factory.make(c.io.executor()), o);
+    const auto a = random_keys(3000, 3);
+    const auto b = random_keys(3000, 4);
+    const xt::xtensor<float, 1> ones = xt::ones<float>({a.size()});
+    const xt::xtensor<float, 1> twos = 2.0f * xt::ones<float>({b.size()});
+    for (int i = 0; i < 4; ++i) {
+        kv.push(a, ones, asio::use_future).get(); // a and b evict each other on the servers
+        kv.push(b, twos, asio::use_future).get();
+    }
+    const auto got_a = kv.pull(a, asio::use_future).get();
+    const auto got_b = kv.pull(b, asio::use_future).get();
+    CHECK(xt::all(xt::equal(got_a.values(), 4.0f)));
+    CHECK(xt::all(xt::equal(got_b.values(), 8.0f)));
+    const auto t = kv.traffic();
+    CHECK(t.key_cache_misses > 0);
+    CHECK(t.key_cache_hits >= t.key_cache_misses);
+    CHECK(t.requests == t.replies);
+}
+
+TEMPLATE_TEST_CASE("kv_store: filters and compression send a mostly-zero gradient 5x smaller",
+                   "[kv_store][efficiency]", over_tcp, over_inproc) {
+    petrel::server_options so;
+    so.compression = {.mode = petrel::wire::compression_mode::always};
+    three_servers<TestType> c({}, so);
+    auto o = c.options();
+    o.compression = {.mode = petrel::wire::compression_mode::always};
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(c.factory.make(c.io.executor()), o);
+    auto significant = std::make_shared<petrel::wire::significance_filter<key_t64, float>>(1.5f);
+    kv.set_filters({significant});
+    const auto keys = random_keys(100000, 5);
+    // 90% zeros; the rest integers 1..3 (so that every sum is exact), some of them 1: held
+    // back by the filter until they add up or are flushed.
+    xt::xtensor<float, 1> grad = xt::zeros<float>({keys.size()});
+    for (std::size_t i = 0; i < keys.size(); i += 10) {
+        grad(i) = static_cast<float>(1 + (i / 10) % 3);
+    }
+    const std::uint64_t raw = keys.size() * (sizeof(key_t64) + sizeof(float));
+    kv.push(keys, grad, asio::use_future).get();
+    const auto t = kv.traffic();
+    CHECK(t.filter.in == raw);
+    CHECK(t.filter.out * 9 < raw);
+    CHECK(t.sent_bytes * 5 <= raw);
+    CHECK(significant->held_keys() > 0);
+    kv.flush(asio::use_future).get();
+    CHECK(significant->held_keys() == 0);
+    const auto got = kv.pull(keys, asio::use_future).get();
+    CHECK((got.values() == grad)); // nothing lost
+    const auto after = kv.traffic();
+    // The pull's reply (90% zeros) came back compressed.
+    CHECK(after.reply_compression.out * 4 < after.reply_compression.in);
+    SECTION("removing the filters sends every row again") {
+        kv.set_filters({});
+        kv.push(keys, grad, asio::use_future).get();
+        const auto twice = kv.pull(keys, asio::use_future).get();
+        CHECK((twice.values() == 2.0f * grad));
+    }
+    SECTION("a filter that breaks the rows' shape fails the push") {
+        struct broken final : petrel::wire::push_filter<key_t64, float> {
+            void filter(petrel::wire::filter_batch<key_t64, float>& b) override {
+                b.values.pop_back();
+            }
+        };
+        kv.set_filters({std::make_shared<broken>()});
+        CHECK_THROWS(kv.push(keys, grad, asio::use_future).get());
+        CHECK_THROWS(kv.set_filters({nullptr}));
+    }
+}
+
+TEMPLATE_TEST_CASE("kv_store: with every option off the counters add up and nothing is encoded",
+                   "[kv_store][efficiency]", over_tcp, over_inproc) {
+    three_servers<TestType> c;
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(c.factory.make(c.io.executor()),
+                                                          c.options());
+    const auto keys = random_keys(1000, 6);
+    const xt::xtensor<float, 1> grad = xt::ones<float>({keys.size()});
+    kv.push(keys, grad, asio::use_future).get();
+    kv.pull(keys, asio::use_future).get();
+    const auto t = kv.traffic();
+    const std::uint64_t payload = keys.size() * (sizeof(key_t64) + sizeof(float));
+    CHECK(t.filter.in == payload);
+    CHECK(t.filter.out == payload);
+    CHECK(t.key_cache.in == t.key_cache.out);
+    CHECK(t.compression.in == t.compression.out);
+    CHECK(t.compression.in == payload + keys.size() * sizeof(key_t64));
+    CHECK(t.key_cache_hits + t.key_cache_misses == 0);
+    CHECK(t.reply_compression.in == t.reply_compression.out);
+    CHECK(t.sent_bytes > t.compression.out);
+    CHECK(t.received_bytes > keys.size() * sizeof(float));
+}
+
+TEMPLATE_TEST_CASE("kv_store: keys and values shared with the caller are sent without copies",
+                   "[kv_store][efficiency]", over_tcp, over_inproc) {
+    three_servers<TestType> c;
+    auto o = c.options();
+    o.key_caching = true;
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(c.factory.make(c.io.executor()), o);
+    auto keys = std::make_shared<const std::vector<key_t64>>(random_keys(5000, 7));
+    auto values = std::make_shared<std::vector<float>>(keys->size(), 2.0f);
+    kv.push(keys, values, asio::use_future).get();
+    kv.push(keys, values, asio::use_future).get();
+    const auto got = kv.pull(keys, asio::use_future).get();
+    CHECK(got.key_span().data() == keys->data()); // the result's keys are the caller's buffer
+    CHECK(xt::all(xt::equal(got.values(), 4.0f)));
+    CHECK(kv.traffic().key_cache_hits > 0);
+    SECTION("unsorted shared keys and a null buffer are refused") {
+        auto bad = std::make_shared<const std::vector<key_t64>>(std::vector<key_t64>{3, 1});
+        CHECK_THROWS(
+            kv.push(bad, std::make_shared<std::vector<float>>(2, 1.0f), asio::use_future).get());
+        CHECK_THROWS(
+            kv.pull(std::shared_ptr<const std::vector<key_t64>>{}, asio::use_future).get());
+    }
+}

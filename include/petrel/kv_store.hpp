@@ -21,8 +21,13 @@
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
+#include <petrel/wire/compression.hpp>
+#include <petrel/wire/filter.hpp>
+#include <petrel/wire/frame.hpp>
 #include <petrel/wire/header.hpp>
+#include <petrel/wire/key_cache.hpp>
 #include <petrel/wire/message.hpp>
+#include <petrel/wire/traffic.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
@@ -74,6 +79,17 @@ struct kv_store_options {
     /// Every push and pull completes by then, with `errc::timed_out` if no reply came
     /// (a worker's request timeout when made from a `worker_node`).
     std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
+    /// Key caching: a key list sent to a server before travels as a reference (a number
+    /// and a digest) instead of the keys, on pushes and pulls alike. Pays when the same key
+    /// sets repeat (a worker's mini-batches over its shard, its whole working set).
+    bool key_caching = false;
+    /// Bytes of key lists remembered per server (least recently used first out). Keep it
+    /// at most the servers' `wire_limits::max_key_cache_bytes`, or references miss (and the
+    /// keys are resent).
+    std::size_t key_cache_bytes = std::size_t{32} << 20;
+    /// Snappy compression of the keys and values this store sends, and of the values the
+    /// servers send back for its pulls (see `wire::compression_options`); off by default.
+    wire::compression_options compression{};
 };
 
 namespace detail {
@@ -235,6 +251,7 @@ public:
         if (!p.error) {
             p.error = copy_values(values.derived_cast(), p);
         }
+        filter(p);
         return initiate_push(std::move(p), std::forward<CompletionToken>(token));
     }
 
@@ -266,7 +283,35 @@ public:
         if (!p.error) {
             p.error = share_values(std::move(values), p);
         }
+        filter(p);
         return initiate_push(std::move(p), std::forward<CompletionToken>(token));
+    }
+
+    /// Adds `values` to the rows of `keys`, sharing both buffers instead of copying them
+    /// (ps-lite's ZPush): `keys` is a contiguous container of `Key` (sorted, unique), `values`
+    /// as for the shared push above. Neither may be modified before the push completes.
+    /// Completion signature: `void(std::error_code)`.
+    template <typename KeysContainer, typename Container, typename CompletionToken>
+    requires detail::contiguous_keys<Key, KeysContainer> &&
+        detail::contiguous_values<Value, Container>
+    auto push(std::shared_ptr<const KeysContainer> keys, std::shared_ptr<Container> values,
+              CompletionToken&& token) {
+        prepared p = prepare_shared(std::move(keys));
+        if (!p.error) {
+            p.error = share_values(std::move(values), p);
+        }
+        filter(p);
+        return initiate_push(std::move(p), std::forward<CompletionToken>(token));
+    }
+
+    /// Reads the rows of `keys`, sharing the caller's key buffer instead of copying it
+    /// (ps-lite's ZPull): the result's keys are that buffer, which must not be modified
+    /// while the result is used. Completion signature:
+    /// `void(std::error_code, kv_pairs<Key, Value>)`.
+    template <typename KeysContainer, typename CompletionToken>
+    requires detail::contiguous_keys<Key, KeysContainer>
+    auto pull(std::shared_ptr<const KeysContainer> keys, CompletionToken&& token) {
+        return initiate_pull(prepare_shared(std::move(keys)), std::forward<CompletionToken>(token));
     }
 
     /// Reads the rows of `keys` (sorted, unique); rows never pushed read as zeros.
@@ -274,12 +319,8 @@ public:
     template <typename Keys, typename CompletionToken>
     requires detail::contiguous_keys<Key, Keys>
     auto pull(const Keys& keys, CompletionToken&& token) {
-        prepared p = prepare(std::span<const Key>(keys.data(), keys.size()));
-        return asio::async_initiate<CompletionToken, void(std::error_code, kv_pairs<Key, Value>)>(
-            [this](auto handler, prepared p) {
-                this->start_pull(std::move(handler), std::move(p));
-            },
-            token, std::move(p));
+        return initiate_pull(prepare(std::span<const Key>(keys.data(), keys.size())),
+                             std::forward<CompletionToken>(token));
     }
 
     /// Adds `values` (shape `[n]` or `[n, width]` with n = `range.size()`, any xtensor
@@ -298,6 +339,7 @@ public:
         if (!p.error) {
             p.error = copy_values(values.derived_cast(), p);
         }
+        filter(p);
         return initiate_push(std::move(p), std::forward<CompletionToken>(token));
     }
 
@@ -309,6 +351,7 @@ public:
         if (!p.error) {
             p.error = share_values(std::move(values), p);
         }
+        filter(p);
         return initiate_push(std::move(p), std::forward<CompletionToken>(token));
     }
 
@@ -317,13 +360,72 @@ public:
     /// `void(std::error_code, kv_pairs<Key, Value>)`.
     template <typename CompletionToken>
     auto pull(key_range<Key> range, CompletionToken&& token) {
-        prepared p = prepare_range(range, true);
-        return asio::async_initiate<CompletionToken, void(std::error_code, kv_pairs<Key, Value>)>(
-            [this](auto handler, prepared p) {
-                this->start_pull(std::move(handler), std::move(p));
-            },
-            token, std::move(p));
+        return initiate_pull(prepare_range(range, true), std::forward<CompletionToken>(token));
     }
+
+    /// Reads the rows of `keys` (sorted, unique) into the caller's memory `out`, which
+    /// must hold `keys.size() × width` values and stay valid until the pull completes.
+    /// The rows of each server's reply are copied once, straight to their place in `out`.
+    /// Completion signature: `void(std::error_code)`; `out` is unspecified on error.
+    ///
+    /// @par Example
+    /// @code
+    /// xt::xtensor<float, 2> w({keys.size(), width});
+    /// kv.pull(keys, std::span<float>(w.data(), w.size()), asio::use_future).get();
+    /// @endcode
+    template <typename Keys, typename CompletionToken>
+    requires detail::contiguous_keys<Key, Keys>
+    auto pull(const Keys& keys, std::span<Value> out, CompletionToken&& token) {
+        return initiate_pull_into(prepare(std::span<const Key>(keys.data(), keys.size())), out,
+                                  std::forward<CompletionToken>(token));
+    }
+
+    /// Reads the rows of every key of `range` into `out` (`range.size() × width` values;
+    /// see the keyed overload). Completion signature: `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto pull(key_range<Key> range, std::span<Value> out, CompletionToken&& token) {
+        return initiate_pull_into(prepare_range(range, false), out,
+                                  std::forward<CompletionToken>(token));
+    }
+
+    /// Sets the filters every later push of this store goes through, in this order (none
+    /// by default; an empty list removes them). See `wire::push_filter` and
+    /// `wire::significance_filter`.
+    ///
+    /// @par Example
+    /// @code
+    /// auto significant = std::make_shared<petrel::wire::significance_filter<std::uint64_t,
+    /// float>>(1e-3f); kv.set_filters({significant});
+    /// // ... training: small changes wait in the filter's residual ...
+    /// kv.flush(asio::use_future).get();   // send what the filters held back
+    /// @endcode
+    void set_filters(std::vector<std::shared_ptr<wire::push_filter<Key, Value>>> filters) {
+        for (const auto& f : filters) {
+            if (!f) {
+                throw std::invalid_argument("petrel::kv_store::set_filters: a filter is null");
+            }
+        }
+        std::lock_guard lock(mutex_);
+        filters_ = std::move(filters);
+    }
+
+    /// Pushes what the filters held back (their residuals), so that nothing is lost at the
+    /// end of training or before a checkpoint. Completion signature: `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto flush(CompletionToken&& token) {
+        prepared p;
+        try {
+            auto batch = wire::drain_filters(current_filters(), opts_.width);
+            p = from_batch(batch);
+        } catch (const std::bad_alloc&) {
+            p.error = errc::out_of_memory;
+        }
+        return initiate_push(std::move(p), std::forward<CompletionToken>(token));
+    }
+
+    /// What this store sent and received so far, stage by stage (filters, key caching,
+    /// compression); see `wire::traffic_stats`.
+    [[nodiscard]] wire::traffic_stats traffic() const noexcept { return pipe_->counters.load(); }
 
     /// This worker's clock on the table: the iterations it has completed (`clock()`
     /// calls, counted over every store of this worker and table).
@@ -364,8 +466,9 @@ public:
         }
         auto request = tick_request(n, 0);
         auto where = current_placement();
-        after(when_all(std::move(deps)), [where, request = std::move(request)]() mutable {
-            return broadcast(where, std::move(request));
+        after(when_all(std::move(deps)), [pipe = pipe_, where,
+                                          request = std::move(request)]() mutable {
+            return broadcast(pipe, where, std::move(request));
         }).on_complete([done = std::move(done)](std::error_code ec) mutable { done.complete(ec); });
         return tick;
     }
@@ -410,7 +513,7 @@ public:
     template <typename CompletionToken>
     auto finish(CompletionToken&& token) {
         auto request = tick_request(0, wire::flag_finish);
-        return broadcast(current_placement(), std::move(request))
+        return broadcast(pipe_, current_placement(), std::move(request))
             .async_wait(std::forward<CompletionToken>(token));
     }
 
@@ -517,6 +620,7 @@ private:
     /// push the values) gathered in that order.
     struct slice {
         std::shared_ptr<detail::request_link> link;
+        std::shared_ptr<wire::key_cache_sender> cache; // null without key caching
         node_id server = no_node;
         std::shared_ptr<const membership_view> view; // names the server in failure reports
         std::vector<run> runs;
@@ -529,10 +633,170 @@ private:
     /// Where keys go under one view: a link per server and each partition's server.
     struct placement {
         std::shared_ptr<const membership_view> view;
-        std::vector<std::shared_ptr<detail::request_link>> links; // by slot
-        std::vector<node_id> servers;                             // by slot
-        std::vector<std::uint32_t> partition_slot;                // partition → slot
+        std::vector<std::shared_ptr<detail::request_link>> links;    // by slot
+        std::vector<std::shared_ptr<wire::key_cache_sender>> caches; // by slot (null: none)
+        std::vector<node_id> servers;                                // by slot
+        std::vector<std::uint32_t> partition_slot;                   // partition → slot
     };
+
+    /// What the sending path needs, also from callbacks that outlive the store: the
+    /// encoding options, the pool and the traffic counters.
+    struct pipeline {
+        wire::compression_options compression;
+        std::shared_ptr<buffer_pool> pool;
+        wire::detail::traffic_counters counters;
+    };
+
+    /// Key lists shorter than this are sent as they are (a reference saves nothing).
+    static constexpr std::size_t min_cached_key_bytes = 64;
+
+    /// Counts a reply as it arrived, then hands it on.
+    static detail::reply_callback counted(std::shared_ptr<pipeline> pipe,
+                                          detail::reply_callback on_reply) {
+        return [pipe = std::move(pipe), on_reply = std::move(on_reply)](std::error_code ec,
+                                                                        wire::message&& r) {
+            if (r.header.magic == wire::magic && r.received_bytes + r.header.request_id > 0) {
+                auto& c = pipe->counters;
+                c.replies.fetch_add(1, std::memory_order_relaxed);
+                c.received_bytes.fetch_add(
+                    wire::prefix_bytes + wire::encoded_header_bytes(r.header) + r.received_bytes,
+                    std::memory_order_relaxed);
+                if (r.header.kind == wire::message_kind::pull_reply && !ec) {
+                    c.reply_compression.add({r.values().size(), r.received_values_bytes});
+                }
+            }
+            on_reply(ec, std::move(r));
+        };
+    }
+
+    /// Encodes a keyed request (compression) and counts what is sent.
+    static void encode(pipeline& pipe, wire::message& m) {
+        auto& c = pipe.counters;
+        const bool keyed =
+            m.header.kind == wire::message_kind::push || m.header.kind == wire::message_kind::pull;
+        if (keyed && pipe.compression.mode != wire::compression_mode::off) {
+            if (m.header.kind == wire::message_kind::pull) {
+                m.header.flags |= wire::flag_compress_reply;
+            }
+            wire::stage_bytes stage;
+            wire::compress(m, pipe.compression, *pipe.pool, &stage);
+            c.compression.add(stage);
+        } else if (keyed) {
+            const std::uint64_t n = m.keys().size() + m.values().size();
+            c.compression.add({n, n});
+        }
+        c.requests.fetch_add(1, std::memory_order_relaxed);
+        c.sent_bytes.fetch_add(wire::frame_bytes(m.header), std::memory_order_relaxed);
+    }
+
+    /// Sends request `m` (with its keys, if any) to `link` through the sending pipeline:
+    /// key caching (with `cache`), compression, counters. A key list reference the server
+    /// does not hold (`errc::key_cache_miss`) is sent once more with the keys.
+    static void send_request(const std::shared_ptr<pipeline>& pipe,
+                             const std::shared_ptr<detail::request_link>& link,
+                             const std::shared_ptr<wire::key_cache_sender>& cache, wire::message m,
+                             detail::reply_callback on_reply) {
+        auto& c = pipe->counters;
+        const bool keyed =
+            m.header.kind == wire::message_kind::push || m.header.kind == wire::message_kind::pull;
+        std::optional<wire::message> again;
+        if (keyed) {
+            const std::uint64_t key_bytes = m.keys().size();
+            if (cache && (m.header.flags & wire::flag_key_runs) == 0 &&
+                key_bytes >= min_cached_key_bytes) {
+                const auto d = cache->lookup(m.keys(), m.header.key_type);
+                m.header.key_list_id = d.id;
+                m.header.key_list_digest = d.digest;
+                if (d.known) {
+                    again = m;
+                    again->header.encoding |= wire::encoding_keys_store;
+                    m.set_segment(wire::keys_segment, shared_bytes{});
+                    m.header.encoding |= wire::encoding_keys_cached;
+                    c.key_cache_hits.fetch_add(1, std::memory_order_relaxed);
+                } else {
+                    m.header.encoding |= wire::encoding_keys_store;
+                }
+            }
+            c.key_cache.add({key_bytes, m.keys().size()});
+        }
+        encode(*pipe, m);
+        auto done = counted(pipe, std::move(on_reply));
+        if (!again) {
+            link->request(std::move(m), std::move(done));
+            return;
+        }
+        link->request(std::move(m), [pipe, link, again = std::move(*again),
+                                     done](std::error_code ec, wire::message&& r) mutable {
+            if (ec != errc::key_cache_miss) {
+                done(ec, std::move(r));
+                return;
+            }
+            auto& c = pipe->counters;
+            c.replies.fetch_add(1, std::memory_order_relaxed);
+            c.received_bytes.fetch_add(wire::prefix_bytes + wire::encoded_header_bytes(r.header) +
+                                           r.received_bytes,
+                                       std::memory_order_relaxed);
+            c.key_cache_misses.fetch_add(1, std::memory_order_relaxed);
+            c.key_cache.add({0, again.keys().size()});
+            encode(*pipe, again);
+            link->request(std::move(again), std::move(done));
+        });
+    }
+
+    /// Runs the store's filters on a push (before it is split), and counts its payload
+    /// before and after them.
+    void filter(prepared& p) {
+        if (p.error) {
+            return;
+        }
+        const std::uint64_t before = p.keys.size() + p.values.size();
+        auto filters = current_filters();
+        if (filters.empty() || p.count == 0) {
+            pipe_->counters.filter.add({before, before});
+            return;
+        }
+        try {
+            wire::filter_batch<Key, Value> batch;
+            batch.width = opts_.width;
+            batch.keys.resize(p.count);
+            if (p.range) {
+                for (std::size_t i = 0; i < p.count; ++i) {
+                    batch.keys[i] = static_cast<Key>(p.range->begin + i);
+                }
+            } else {
+                std::memcpy(batch.keys.data(), p.keys.data(), p.count * sizeof(Key));
+            }
+            const auto values = p.values.template as<Value>();
+            batch.values.assign(values.begin(), values.end());
+            const std::uint64_t counted_before = batch.bytes();
+            wire::apply_filters(filters, batch);
+            p = from_batch(batch);
+            pipe_->counters.filter.add({counted_before, batch.bytes()});
+        } catch (const std::bad_alloc&) {
+            p.error = errc::out_of_memory;
+        }
+    }
+
+    /// A keyed push of the rows of `batch`, checked as a caller's push would be.
+    prepared from_batch(const wire::filter_batch<Key, Value>& batch) {
+        if (batch.values.size() != batch.keys.size() * opts_.width) {
+            prepared p;
+            p.error = errc::value_count_mismatch; // a filter broke the rows' shape
+            return p;
+        }
+        prepared p = prepare(std::span<const Key>(batch.keys.data(), batch.keys.size()));
+        if (!p.error && p.count > 0) {
+            pooled_buffer vb = transport_.pool()->acquire(batch.values.size() * sizeof(Value));
+            std::memcpy(vb.data(), batch.values.data(), batch.values.size() * sizeof(Value));
+            p.values = vb.share();
+        }
+        return p;
+    }
+
+    std::vector<std::shared_ptr<wire::push_filter<Key, Value>>> current_filters() const {
+        std::lock_guard lock(mutex_);
+        return filters_;
+    }
 
     /// What a view subscription may reach after the store is gone: nothing.
     struct shared {
@@ -583,6 +847,11 @@ private:
             }
             slot_of[n->id] = static_cast<std::uint32_t>(p->links.size());
             p->links.push_back(link);
+            auto& cache = caches_[n->id];
+            if (!cache && opts_.key_caching) {
+                cache = std::make_shared<wire::key_cache_sender>(opts_.key_cache_bytes);
+            }
+            p->caches.push_back(cache);
             p->servers.push_back(n->id);
         }
         const auto& r = v->ring;
@@ -623,6 +892,27 @@ private:
     }
 
     template <typename CompletionToken>
+    auto initiate_pull(prepared p, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code, kv_pairs<Key, Value>)>(
+            [this](auto handler, prepared p) {
+                this->start_pull(std::move(handler), std::move(p));
+            },
+            token, std::move(p));
+    }
+
+    template <typename CompletionToken>
+    auto initiate_pull_into(prepared p, std::span<Value> out, CompletionToken&& token) {
+        if (!p.error && out.size() != p.count * opts_.width) {
+            p.error = errc::value_count_mismatch;
+        }
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this, out](auto handler, prepared p) {
+                this->start_pull(std::move(handler), std::move(p), out.data());
+            },
+            token, std::move(p));
+    }
+
+    template <typename CompletionToken>
     auto initiate_push(prepared p, CompletionToken&& token) {
         return asio::async_initiate<CompletionToken, void(std::error_code)>(
             [this](auto handler, prepared p) {
@@ -655,23 +945,43 @@ private:
         return p;
     }
 
-    prepared prepare(std::span<const Key> keys) {
+    /// Checks a key list: sorted, unique, without the reserved largest key.
+    static prepared check_keys(std::span<const Key> keys) {
         prepared p;
         p.count = keys.size();
         if (std::adjacent_find(keys.begin(), keys.end(), std::greater_equal<Key>{}) != keys.end()) {
             p.error = errc::keys_not_sorted;
-            return p;
-        }
-        if (p.count == 0) {
-            return p;
-        }
-        if (keys.back() == key_space_end<Key>) {
+        } else if (p.count > 0 && keys.back() == key_space_end<Key>) {
             p.error = errc::key_out_of_range; // the largest key is reserved
+        }
+        return p;
+    }
+
+    prepared prepare(std::span<const Key> keys) {
+        prepared p = check_keys(keys);
+        if (p.error || p.count == 0) {
             return p;
         }
         pooled_buffer buf = transport_.pool()->acquire(keys.size_bytes());
         std::memcpy(buf.data(), keys.data(), keys.size_bytes());
         p.keys = buf.share();
+        return p;
+    }
+
+    /// A key list the request shares with the caller instead of copying it.
+    template <typename KeysContainer>
+    static prepared prepare_shared(std::shared_ptr<const KeysContainer> keys) {
+        if (!keys) {
+            prepared p;
+            p.error = errc::invalid_argument;
+            return p;
+        }
+        const std::span<const Key> k(keys->data(), keys->size());
+        prepared p = check_keys(k);
+        if (!p.error && p.count > 0) {
+            p.keys = shared_bytes(std::shared_ptr<const void>(std::move(keys), k.data()),
+                                  std::as_bytes(k));
+        }
         return p;
     }
 
@@ -787,6 +1097,7 @@ private:
             }
             slice sl;
             sl.link = where->links[s];
+            sl.cache = where->caches[s];
             sl.server = where->servers[s];
             sl.view = where->view;
             sl.count = n;
@@ -945,7 +1256,8 @@ private:
 
     /// Sends `request` to every server of `where`; the task completes when all have
     /// answered (with the first error).
-    static task<void> broadcast(const std::shared_ptr<const placement>& where,
+    static task<void> broadcast(const std::shared_ptr<pipeline>& pipe,
+                                const std::shared_ptr<const placement>& where,
                                 wire::message request) {
         // Servers the view declared failed (their links are closed) are skipped.
         std::vector<std::shared_ptr<detail::request_link>> live;
@@ -960,13 +1272,14 @@ private:
         std::vector<task<void>> answers;
         for (const auto& link : live) {
             auto [answer, completer] = make_task<void>();
-            link->request(request, [answered = std::move(completer)](std::error_code ec,
-                                                                     wire::message&& reply) {
-                if (!ec && reply.header.kind != wire::message_kind::clock_reply) {
-                    ec = errc::bad_message_kind;
-                }
-                answered.complete(ec);
-            });
+            send_request(
+                pipe, link, nullptr, request,
+                [answered = std::move(completer)](std::error_code ec, wire::message&& reply) {
+                    if (!ec && reply.header.kind != wire::message_kind::clock_reply) {
+                        ec = errc::bad_message_kind;
+                    }
+                    answered.complete(ec);
+                });
             answers.push_back(std::move(answer));
         }
         return when_all(answers); // complete at once when there is nobody to tell
@@ -1030,25 +1343,26 @@ private:
             if constexpr (Consistency::ordered) {
                 request.header.flags |= wire::flag_ordered;
             }
-            s.link->request(std::move(request), [join, report = failure_report(s)](
-                                                    std::error_code ec, wire::message&& m) {
-                if (!ec && m.header.kind != wire::message_kind::push_reply) {
-                    ec = errc::bad_message_kind;
-                }
-                report(ec);
-                if (join->arrive(ec)) {
-                    join->settle.complete({});
-                    if (auto d = join->take()) {
-                        std::move(*d).dispatch(join->error);
-                    }
-                }
-            });
+            send_request(pipe_, s.link, s.cache, std::move(request),
+                         [join, report = failure_report(s)](std::error_code ec, wire::message&& m) {
+                             if (!ec && m.header.kind != wire::message_kind::push_reply) {
+                                 ec = errc::bad_message_kind;
+                             }
+                             report(ec);
+                             if (join->arrive(ec)) {
+                                 join->settle.complete({});
+                                 if (auto d = join->take()) {
+                                     std::move(*d).dispatch(join->error);
+                                 }
+                             }
+                         });
         }
     }
 
     /// A request ready to go, with what to do with its reply.
     struct outgoing {
         std::shared_ptr<detail::request_link> link;
+        std::shared_ptr<wire::key_cache_sender> cache;
         wire::message message;
         detail::reply_callback on_reply;
     };
@@ -1056,10 +1370,10 @@ private:
     /// Sends `requests` now, or once the worker's own tick `own` has completed; if that
     /// tick failed, sends nothing and calls `fail` with its error.
     template <typename Fail>
-    static void send_when_gate_open(task<void> own, std::vector<outgoing> requests, Fail fail) {
-        auto send = [](std::vector<outgoing>& rs) {
+    void send_when_gate_open(task<void> own, std::vector<outgoing> requests, Fail fail) const {
+        auto send = [pipe = pipe_](std::vector<outgoing>& rs) {
             for (auto& r : rs) {
-                r.link->request(std::move(r.message), std::move(r.on_reply));
+                send_request(pipe, r.link, r.cache, std::move(r.message), std::move(r.on_reply));
             }
         };
         if (!own.valid()) {
@@ -1078,17 +1392,45 @@ private:
 
     template <typename Handler>
     void start_pull(Handler handler, prepared p) {
+        start_pull_into<false>(std::move(handler), std::move(p), nullptr);
+    }
+
+    template <typename Handler>
+    void start_pull(Handler handler, prepared p, Value* into) {
+        start_pull_into<true>(std::move(handler), std::move(p), into);
+    }
+
+    /// A pull whose result is a `kv_pairs` (`Into` false) or whose rows are copied to the
+    /// caller's memory `into` (`Into` true, completing with the error only).
+    template <bool Into, typename Handler>
+    void start_pull_into(Handler handler, prepared p, Value* into) {
         auto slot = asio::get_associated_cancellation_slot(handler);
         detail::completion done(std::move(handler), transport_.get_executor());
         using result_type = kv_pairs<Key, Value>;
+        auto complete = [](auto&& d, std::error_code ec, result_type r) {
+            if constexpr (Into) {
+                (void)r;
+                std::move(d).dispatch(ec);
+            } else {
+                std::move(d).dispatch(ec, std::move(r));
+            }
+        };
+        auto post = [](auto&& d, std::error_code ec, result_type r) {
+            if constexpr (Into) {
+                (void)r;
+                std::move(d).post(ec);
+            } else {
+                std::move(d).post(ec, std::move(r));
+            }
+        };
         std::vector<slice> slices;
         if (auto ec =
                 p.error ? p.error : (p.count == 0 ? std::error_code{} : split(p, false, slices))) {
-            std::move(done).post(ec, result_type{});
+            post(std::move(done), ec, result_type{});
             return;
         }
         if (slices.empty()) {
-            std::move(done).post(std::error_code{}, result_type({}, {}, opts_.width));
+            post(std::move(done), std::error_code{}, result_type({}, {}, opts_.width));
             return;
         }
         struct pull_state : join_state<decltype(done)> {
@@ -1097,21 +1439,26 @@ private:
             shared_bytes single;    // one slice: the reply's own buffer
         };
         auto join = std::make_shared<pull_state>(std::move(done), slices.size());
-        cancel_with(slot, join, result_type{});
+        if constexpr (Into) {
+            cancel_with(slot, join);
+        } else {
+            cancel_with(slot, join, result_type{});
+        }
         const std::size_t row = opts_.width * sizeof(Value);
-        if (slices.size() > 1) {
+        if (!Into && slices.size() > 1) {
             join->gathered = transport_.pool()->acquire(p.count * row);
         }
-        const bool one = slices.size() == 1;
+        bool one = !Into && slices.size() == 1; // not const: captured in both forms
+        auto* target = Into ? reinterpret_cast<std::byte*>(into) : nullptr;
         auto [required, own] = read_gate();
         std::vector<outgoing> requests;
         for (auto& s : slices) {
             auto request = make_request(wire::message_kind::pull, s);
             request.header.clock = required;
             requests.push_back(
-                {s.link, std::move(request),
-                 [join, runs = std::move(s.runs), count = s.count, row, one, keys = p.keys,
-                  width = opts_.width,
+                {s.link, s.cache, std::move(request),
+                 [join, runs = std::move(s.runs), count = s.count, row, one, keys = p.keys, target,
+                  width = opts_.width, complete,
                   report = failure_report(s)](std::error_code ec, wire::message&& m) {
                      report(ec);
                      if (!ec && (m.header.kind != wire::message_kind::pull_reply ||
@@ -1120,16 +1467,26 @@ private:
                                  m.values().size() != count * row)) {
                          ec = errc::value_count_mismatch;
                      }
-                     if (!ec) {
-                         if (one) {
-                             join->single = m.values();
-                         } else {
+                     if (!ec && one) {
+                         join->single = m.values();
+                     } else if (!ec) {
+                         auto copy = [&](std::byte* to) {
                              std::size_t at = 0;
                              for (const auto& ru : runs) {
-                                 std::memcpy(join->gathered.data() + ru.first * row,
-                                             m.values().data() + at * row, ru.count * row);
+                                 std::memcpy(to + ru.first * row, m.values().data() + at * row,
+                                             ru.count * row);
                                  at += ru.count;
                              }
+                         };
+                         if constexpr (Into) {
+                             // The caller's memory is only ours while the pull is pending.
+                             std::lock_guard lock(join->mutex);
+                             if (join->done) {
+                                 copy(target);
+                             }
+                         } else {
+                             (void)target;
+                             copy(join->gathered.data());
                          }
                      }
                      if (join->arrive(ec, ec ? nullptr : &m.header.clocks)) {
@@ -1137,22 +1494,23 @@ private:
                          if (!d) {
                              return; // cancelled
                          }
-                         if (join->error) {
-                             std::move(*d).dispatch(join->error, result_type{});
+                         if (join->error || Into) {
+                             complete(std::move(*d), join->error, result_type{});
                              return;
                          }
                          auto values = one ? join->single : join->gathered.share();
                          result_type out(keys, std::move(values), width);
                          out.set_clocks(std::move(join->clocks));
-                         std::move(*d).dispatch(std::error_code{}, std::move(out));
+                         complete(std::move(*d), std::error_code{}, std::move(out));
                      }
                  }});
         }
-        send_when_gate_open(std::move(own), std::move(requests), [join](std::error_code ec) {
-            if (auto d = join->take()) {
-                std::move(*d).dispatch(ec, result_type{});
-            }
-        });
+        send_when_gate_open(std::move(own), std::move(requests),
+                            [join, complete](std::error_code ec) {
+                                if (auto d = join->take()) {
+                                    complete(std::move(*d), ec, result_type{});
+                                }
+                            });
     }
 
     template <typename Handler>
@@ -1298,7 +1656,7 @@ private:
                     }
                 }
             };
-            requests.push_back({where->links[slots[i]], std::move(m), std::move(cb)});
+            requests.push_back({where->links[slots[i]], nullptr, std::move(m), std::move(cb)});
         }
         send_when_gate_open(std::move(own), std::move(requests), [join](std::error_code ec) {
             if (auto d = join->take()) {
@@ -1317,8 +1675,18 @@ private:
     mutable std::mutex mutex_;
     bool closed_ = false;
     std::map<node_id, std::shared_ptr<detail::request_link>> links_;
+    std::map<node_id, std::shared_ptr<wire::key_cache_sender>> caches_;
+    std::vector<std::shared_ptr<wire::push_filter<Key, Value>>> filters_;
+    std::shared_ptr<pipeline> pipe_ = make_pipeline();
     std::shared_ptr<const placement> placement_;
     std::shared_ptr<detail::worker_clock> clock_ = std::make_shared<detail::worker_clock>();
+
+    std::shared_ptr<pipeline> make_pipeline() {
+        auto p = std::make_shared<pipeline>();
+        p->compression = opts_.compression;
+        p->pool = transport_.pool();
+        return p;
+    }
 
     std::shared_ptr<shared> make_shared_owner() {
         auto s = std::make_shared<shared>();

@@ -489,7 +489,9 @@ void ckpt_train(petrel::worker_node& w, ckpt_result& out, int save_at, const std
     const petrel::key_range<std::uint64_t> all{0, ckpt_dense_keys};
     for (std::uint64_t it = start; it < ckpt_iterations; ++it) {
         const auto weights = dense.pull(all, asio::use_future).get();
-        xt::xtensor<float, 1> grad = weights.values();
+        const auto v = weights.value_span();
+        xt::xtensor<float, 1> grad = xt::zeros<float>({v.size()});
+        std::copy(v.begin(), v.end(), grad.begin());
         for (std::size_t k = 0; k < grad.size(); ++k) {
             grad(k) = grad(k) - std::sin(float(k + w.rank() + it)); // toward a moving target
         }
