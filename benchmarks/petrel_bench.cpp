@@ -18,12 +18,17 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -39,7 +44,16 @@ using clock_type = std::chrono::steady_clock;
 struct settings {
     bool quick = false;
     std::vector<std::string> only;
+    /// The link speed assumed by the adaptive compression cases, in Gbit/s.
+    double link_gbps = 10.0;
 };
+
+/// Minor page faults of this process so far (fresh memory touched for the first time).
+long minor_faults() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+}
 
 /// Iteration budget for a payload size: (min iterations, min seconds, max iterations).
 struct budget {
@@ -84,7 +98,7 @@ std::map<std::size_t, double> raw_push_pull_median;
 double raw_stream_gbps = 0;
 
 void print(const std::string& name, const samples& s, std::size_t bytes_moved, double raw_median,
-           std::size_t payload) {
+           std::size_t payload, double faults = -1) {
     petrel_bench::json_line line;
     line.add("case", name)
         .add("median_us", s.median())
@@ -94,6 +108,9 @@ void print(const std::string& name, const samples& s, std::size_t bytes_moved, d
         .add("ratio_to_raw", raw_median > 0 ? s.median() / raw_median : 1.0)
         .add("bytes", payload)
         .add("iterations", s.size());
+    if (faults >= 0) {
+        line.add("minor_faults_per_iteration", faults);
+    }
     if (raw_stream_gbps > 0 && name.rfind("petrel_", 0) == 0) {
         line.add("goodput_vs_raw_stream",
                  petrel_bench::gbit_per_s(bytes_moved, s.median()) / raw_stream_gbps);
@@ -131,12 +148,21 @@ void raw_cases(const settings& st, const std::function<bool(const std::string&)>
 /// loopback, each node on its own io thread. The worker drives the loop from a coroutine.
 enum class style { coroutine, future, shared };
 
-samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style how) {
-    io_thread server_io;
-    io_thread worker_io;
-    petrel::server_node server(petrel::tcp_transport(server_io.executor()));
+/// Minor page faults per measured iteration of the last `petrel_push_pull`.
+double last_faults_per_iteration = 0;
+
+samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style how,
+                         std::size_t server_count = 1) {
+    std::vector<std::unique_ptr<io_thread>> server_io;
+    std::vector<std::unique_ptr<petrel::server_node>> servers;
     petrel::kv_store_options<std::uint64_t> o;
-    o.servers = {server.listen("127.0.0.1:0")};
+    for (std::size_t i = 0; i < server_count; ++i) {
+        server_io.push_back(std::make_unique<io_thread>());
+        servers.push_back(std::make_unique<petrel::server_node>(
+            petrel::tcp_transport(server_io.back()->executor())));
+        o.servers.push_back(servers.back()->listen("127.0.0.1:0"));
+    }
+    io_thread worker_io;
     o.width = width;
     petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
         petrel::tcp_transport(worker_io.executor()), o);
@@ -147,7 +173,7 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
     // The first rounds create the server's table and fill the buffer pools and socket
     // buffers; the measured rounds are the steady state a training loop sees.
     const std::size_t warmup =
-        std::max<std::size_t>(3, std::min<std::size_t>(b.min_iterations / 10, 20));
+        std::max<std::size_t>(5, std::min<std::size_t>(b.min_iterations / 10, 20));
 
     if (how == style::future) {
         auto once = [&] {
@@ -157,9 +183,17 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
                 throw std::runtime_error("petrel pull returned the wrong number of keys");
             }
         };
-        return petrel_bench::run_timed(once, b.min_iterations, b.min_seconds, b.max_iterations,
-                                       warmup);
+        for (std::size_t i = 0; i < warmup; ++i) {
+            once();
+        }
+        const long faults = minor_faults();
+        auto s =
+            petrel_bench::run_timed(once, b.min_iterations, b.min_seconds, b.max_iterations, 0);
+        last_faults_per_iteration =
+            static_cast<double>(minor_faults() - faults) / static_cast<double>(s.size());
+        return s;
     }
+    long faults = 0;
     auto loop = [&]() -> asio::awaitable<samples> {
         samples s;
         const auto start = clock_type::now();
@@ -176,6 +210,9 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
                 throw std::runtime_error("petrel pull returned the wrong number of keys");
             }
             if (i < warmup) {
+                if (i + 1 == warmup) {
+                    faults = minor_faults();
+                }
                 continue;
             }
             s.add(t1 - t0);
@@ -186,7 +223,10 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
         }
         co_return s;
     };
-    return asio::co_spawn(worker_io.executor(), loop(), asio::use_future).get();
+    auto s = asio::co_spawn(worker_io.executor(), loop(), asio::use_future).get();
+    last_faults_per_iteration =
+        static_cast<double>(minor_faults() - faults) / static_cast<double>(s.size());
+    return s;
 }
 
 void petrel_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
@@ -203,16 +243,20 @@ void petrel_cases(const settings& st, const std::function<bool(const std::string
         const auto b = budget_for(bytes == 4 ? 4 : bytes < mib ? 4 : bytes, st.quick);
         const std::string name = std::string("petrel_push_pull_") + sh.label;
         if (wanted(name)) {
-            print(name, petrel_push_pull(sh.keys, sh.width, b, style::coroutine), 2 * bytes, raw,
-                  bytes);
+            auto s = petrel_push_pull(sh.keys, sh.width, b, style::coroutine);
+            print(name, s, 2 * bytes, raw, bytes, last_faults_per_iteration);
+        }
+        if (wanted(name + "_2servers")) {
+            auto s = petrel_push_pull(sh.keys, sh.width, b, style::coroutine, 2);
+            print(name + "_2servers", s, 2 * bytes, raw, bytes, last_faults_per_iteration);
         }
         if (sh.keys == 1 && wanted(name + "_future")) {
             print(name + "_future", petrel_push_pull(sh.keys, sh.width, b, style::future),
                   2 * bytes, raw, bytes);
         }
         if (sh.keys > 1 && wanted(name + "_shared")) {
-            print(name + "_shared", petrel_push_pull(sh.keys, sh.width, b, style::shared),
-                  2 * bytes, raw, bytes);
+            auto s = petrel_push_pull(sh.keys, sh.width, b, style::shared);
+            print(name + "_shared", s, 2 * bytes, raw, bytes, last_faults_per_iteration);
         }
     }
 }
@@ -430,6 +474,276 @@ void server_cases(const settings& st, const std::function<bool(const std::string
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Communication efficiency: sparse pushes with key caching, compression and filters;
+// concurrent small requests; scaling with servers and workers.
+// ---------------------------------------------------------------------------------------
+
+/// Median of the raw one-way stream of the sparse payload (keys + values), for ratio_to_raw.
+double raw_sparse_push_median = 0;
+
+/// `n` sorted, unique random u64 keys (below the reserved largest key).
+std::vector<std::uint64_t> random_keys(std::size_t n, std::uint64_t seed) {
+    std::vector<std::uint64_t> keys;
+    keys.reserve(n + n / 8);
+    std::uint64_t x = seed;
+    while (keys.size() < n) {
+        const std::size_t want = n - keys.size();
+        for (std::size_t i = 0; i < want + want / 16 + 16; ++i) {
+            x += 0x9E3779B97F4A7C15ULL;
+            std::uint64_t z = x;
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+            keys.push_back((z ^ (z >> 31)) >> 1);
+        }
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    }
+    keys.resize(n);
+    return keys;
+}
+
+/// A gradient of `n` floats of which 9 in 10 are zero (a sparse model's typical update).
+std::vector<float> mostly_zero_gradient(std::size_t n) {
+    std::vector<float> g(n, 0.0f);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> d(0.0f, 0.01f);
+    for (std::size_t i = 0; i < n; i += 10) {
+        g[i] = d(rng);
+    }
+    return g;
+}
+
+struct sparse_variant {
+    const char* name;
+    bool key_caching = false;
+    petrel::wire::compression_mode compression = petrel::wire::compression_mode::off;
+    float filter_threshold = 0; // > 0: a significance filter
+};
+
+/// Pushes of the same 1 million random keys (u64 keys, one float each, 9 in 10 values
+/// zero) to one server, again and again, as a worker does with its working set.
+void sparse_case(const settings& st, const sparse_variant& v, double plain_rate, double& rate_out) {
+    const std::size_t n = st.quick ? 100'000 : 1'000'000;
+    io_thread server_io;
+    io_thread worker_io;
+    petrel::server_options so;
+    so.compression = {.mode = petrel::wire::compression_mode::adaptive, .link_gbps = st.link_gbps};
+    petrel::server_node server(petrel::tcp_transport(server_io.executor()), so);
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {server.listen("127.0.0.1:0")};
+    o.key_caching = v.key_caching;
+    o.compression = {.mode = v.compression, .link_gbps = st.link_gbps};
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(worker_io.executor()), o);
+    if (v.filter_threshold > 0) {
+        kv.set_filters({std::make_shared<petrel::wire::significance_filter<std::uint64_t, float>>(
+            v.filter_threshold)});
+    }
+    const auto keys = random_keys(n, 11);
+    const auto grad = mostly_zero_gradient(n);
+    auto once = [&] { kv.push(keys, std::span<const float>(grad), asio::use_future).get(); };
+    const auto b = budget_for(n * 12, st.quick);
+    for (int i = 0; i < 3; ++i) {
+        once();
+    }
+    const auto before = kv.traffic();
+    auto s = petrel_bench::run_timed(once, st.quick ? 2 : 10, st.quick ? 0.0 : 1.0,
+                                     std::min<std::size_t>(b.max_iterations, 200), 0);
+    const auto after = kv.traffic();
+    const double pushes = static_cast<double>(s.size());
+    const double wire_bytes = static_cast<double>(after.sent_bytes - before.sent_bytes) / pushes;
+    const double raw_bytes = static_cast<double>(n * (sizeof(std::uint64_t) + sizeof(float)));
+    const double rate = static_cast<double>(n) / (s.median() * 1e-6);
+    rate_out = rate;
+    petrel_bench::json_line line;
+    line.add("case", std::string(v.name))
+        .add("keys", n)
+        .add("median_us", s.median())
+        .add("p99_us", s.p99())
+        .add("keys_per_second", rate)
+        .add("bytes_raw", raw_bytes)
+        .add("bytes_on_wire", wire_bytes)
+        .add("bytes_saved_fraction", 1.0 - wire_bytes / raw_bytes)
+        .add("ratio_to_raw", raw_sparse_push_median > 0 ? s.median() / raw_sparse_push_median : 1.0)
+        .add("throughput_vs_plain", plain_rate > 0 ? rate / plain_rate : 1.0)
+        .add("key_cache_hits", after.key_cache_hits - before.key_cache_hits)
+        .add("compressed_fraction",
+             after.compression.in > before.compression.in
+                 ? 1.0 - static_cast<double>(after.compression.out - before.compression.out) /
+                             static_cast<double>(after.compression.in - before.compression.in)
+                 : 0.0)
+        .add("iterations", s.size());
+    line.print();
+}
+
+void sparse_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
+    using mode = petrel::wire::compression_mode;
+    const std::vector<sparse_variant> variants = {
+        {"sparse_push_1M"},
+        {"sparse_push_1M_keycache", true},
+        {"sparse_push_1M_snappy", false, mode::always},
+        {"sparse_push_1M_keycache_snappy", true, mode::always},
+        {"sparse_push_1M_keycache_adaptive", true, mode::adaptive},
+        {"sparse_push_1M_filter_snappy", false, mode::always, 1e-3f},
+        {"sparse_push_1M_keycache_filter_snappy", true, mode::always, 1e-3f},
+    };
+    bool any = false;
+    for (const auto& v : variants) {
+        any = any || wanted(v.name);
+    }
+    if (!any) {
+        return;
+    }
+    const std::size_t n = st.quick ? 100'000 : 1'000'000;
+    const std::size_t payload = n * (sizeof(std::uint64_t) + sizeof(float));
+    auto raw =
+        petrel_bench::raw::stream_throughput(payload, std::size_t{1} << 20, st.quick ? 2 : 15);
+    raw_sparse_push_median = raw.median();
+    print("raw_push_sparse_payload", raw, payload, 0, payload);
+    double plain = 0;
+    for (const auto& v : variants) {
+        if (!wanted(v.name)) {
+            continue;
+        }
+        double rate = 0;
+        sparse_case(st, v, plain, rate);
+        if (plain == 0 && std::string(v.name) == "sparse_push_1M") {
+            plain = rate;
+        }
+    }
+}
+
+/// Many small requests in flight at once to one server: `in_flight` concurrent 1-key
+/// pushes (as from many threads or coroutines) against the same pushes one at a time.
+/// The transport writes what queues meanwhile in one gathered write, and the server's
+/// replies likewise, so concurrent small requests share system calls.
+void small_requests_case(const settings& st, std::size_t in_flight) {
+    io_thread server_io;
+    io_thread worker_io;
+    petrel::server_node server(petrel::tcp_transport(server_io.executor()));
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {server.listen("127.0.0.1:0")};
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(worker_io.executor()), o);
+    const std::size_t rounds = st.quick ? 20 : 400;
+    std::vector<float> one{1.0f};
+    auto batch = [&](std::size_t k) {
+        std::vector<std::future<void>> f;
+        f.reserve(k);
+        for (std::size_t i = 0; i < k; ++i) {
+            const std::uint64_t key = i;
+            f.push_back(kv.push(std::span<const std::uint64_t>(&key, 1),
+                                std::span<const float>(one), asio::use_future));
+        }
+        for (auto& x : f) {
+            x.get();
+        }
+    };
+    batch(in_flight); // warm up
+    const auto before = kv.traffic();
+    samples concurrent;
+    for (std::size_t r = 0; r < rounds; ++r) {
+        const auto t0 = clock_type::now();
+        batch(in_flight);
+        concurrent.add(clock_type::now() - t0);
+    }
+    const auto after = kv.traffic();
+    samples serial;
+    for (std::size_t r = 0; r < rounds / 4 + 1; ++r) {
+        const auto t0 = clock_type::now();
+        for (std::size_t i = 0; i < in_flight; ++i) {
+            batch(1);
+        }
+        serial.add(clock_type::now() - t0);
+    }
+    const double per_request_concurrent = concurrent.median() / static_cast<double>(in_flight);
+    const double per_request_serial = serial.median() / static_cast<double>(in_flight);
+    petrel_bench::json_line line;
+    line.add("case", "small_push_1key_x" + std::to_string(in_flight))
+        .add("in_flight", in_flight)
+        .add("median_us", concurrent.median())
+        .add("p99_us", concurrent.p99())
+        .add("requests_per_second", 1e6 / per_request_concurrent)
+        .add("serial_requests_per_second", 1e6 / per_request_serial)
+        .add("speedup_vs_serial", per_request_serial / per_request_concurrent)
+        .add("bytes_on_wire_per_request",
+             static_cast<double>(after.sent_bytes - before.sent_bytes) /
+                 static_cast<double>(rounds * in_flight))
+        .add("iterations", concurrent.size());
+    line.print();
+}
+
+/// Total push+pull throughput of `n` servers and `n` workers in this process (one job
+/// through petrel::run): each worker pushes and pulls 64 Ki random keys with 16 floats each
+/// (4 MiB of values) per iteration.
+void scaling_case(const settings& st, std::size_t n, double& base) {
+    const std::size_t iterations = st.quick ? 3 : 30;
+    const std::size_t key_count = st.quick ? 4096 : 65536;
+    constexpr std::size_t width = 16;
+    petrel::config cfg;
+    cfg.servers = static_cast<int>(n);
+    cfg.workers = static_cast<int>(n);
+    cfg.threads = 2;
+    std::mutex mutex;
+    std::vector<double> seconds;
+    const int status = petrel::run(
+        cfg,
+        [&](petrel::worker_node& w) {
+            petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(w, {.width = width});
+            const auto keys = random_keys(key_count, 100 + w.rank());
+            auto grad = std::make_shared<std::vector<float>>(key_count * width, 0.5f);
+            kv.push(keys, grad, asio::use_future).get(); // creates the rows
+            const auto t0 = clock_type::now();
+            for (std::size_t i = 0; i < iterations; ++i) {
+                kv.push(keys, grad, asio::use_future).get();
+                if (kv.pull(keys, asio::use_future).get().size() != keys.size()) {
+                    throw std::runtime_error("scaling: short pull");
+                }
+            }
+            const double t = std::chrono::duration<double>(clock_type::now() - t0).count();
+            std::lock_guard lock(mutex);
+            seconds.push_back(t);
+        },
+        petrel::logger{});
+    if (status != petrel::run_ok || seconds.size() != n) {
+        throw std::runtime_error("the scaling job failed");
+    }
+    const double slowest = *std::max_element(seconds.begin(), seconds.end());
+    const double bytes =
+        static_cast<double>(n * iterations * 2 * key_count * width * sizeof(float));
+    const double gbps = bytes * 8 / slowest / 1e9;
+    if (n == 1) {
+        base = gbps;
+    }
+    petrel_bench::json_line line;
+    line.add("case", "scaling_" + std::to_string(n))
+        .add("servers", n)
+        .add("workers", n)
+        .add("keys_per_worker", key_count)
+        .add("width", width)
+        .add("iterations_per_worker", iterations)
+        .add("total_goodput_gbps", gbps)
+        .add("speedup_vs_1", base > 0 ? gbps / base : 1.0)
+        .add("cores", static_cast<std::size_t>(std::thread::hardware_concurrency()));
+    line.print();
+}
+
+void efficiency_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
+    sparse_cases(st, wanted);
+    for (std::size_t k : {16, 64}) {
+        if (wanted("small_push_1key_x" + std::to_string(k))) {
+            small_requests_case(st, k);
+        }
+    }
+    double base = 0;
+    for (std::size_t n : {1, 2, 4}) {
+        if (wanted("scaling_" + std::to_string(n))) {
+            scaling_case(st, n, base);
+        }
+    }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -445,6 +759,9 @@ int main(int argc, char** argv) {
                                             "petrel_push_pull_4MiB_shared",
                                             "petrel_push_pull_64MiB",
                                             "petrel_push_pull_64MiB_shared",
+                                            "petrel_push_pull_1key_2servers",
+                                            "petrel_push_pull_4MiB_2servers",
+                                            "petrel_push_pull_64MiB_2servers",
                                             "petrel_dense_16Mi_scalars_keyed",
                                             "petrel_dense_16Mi_scalars_range",
                                             "straggler_tau0",
@@ -455,11 +772,34 @@ int main(int argc, char** argv) {
                                             "straggler_eventual",
                                             "straggler_sequential",
                                             "sparse_memory_sum",
-                                            "sparse_memory_adagrad"};
+                                            "sparse_memory_adagrad",
+                                            "sparse_push_1M",
+                                            "sparse_push_1M_keycache",
+                                            "sparse_push_1M_snappy",
+                                            "sparse_push_1M_keycache_snappy",
+                                            "sparse_push_1M_keycache_adaptive",
+                                            "sparse_push_1M_filter_snappy",
+                                            "sparse_push_1M_keycache_filter_snappy",
+                                            "small_push_1key_x16",
+                                            "small_push_1key_x64",
+                                            "scaling_1",
+                                            "scaling_2",
+                                            "scaling_4"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--quick") {
             st.quick = true;
+        } else if (a == "--link-gbps" && i + 1 < argc) {
+            const std::string g = argv[++i];
+            try {
+                st.link_gbps = std::stod(g);
+            } catch (const std::exception&) {
+                st.link_gbps = 0;
+            }
+            if (!(st.link_gbps > 0)) {
+                std::fprintf(stderr, "petrel_bench: --link-gbps must be positive\n");
+                return 2;
+            }
         } else if (a == "--case" && i + 1 < argc) {
             st.only.emplace_back(argv[++i]);
         } else if (a == "--list") {
@@ -469,7 +809,7 @@ int main(int argc, char** argv) {
             return 0;
         } else {
             std::fprintf(stderr,
-                         "usage: petrel_bench [--quick] [--case NAME]... [--list]\n"
+                         "usage: petrel_bench [--quick] [--case NAME]... [--link-gbps G] [--list]\n"
                          "unknown argument: %s\n",
                          a.c_str());
             return 2;
@@ -492,6 +832,7 @@ int main(int argc, char** argv) {
         dense_cases(st, wanted);
         consistency_cases(st, wanted);
         server_cases(st, wanted);
+        efficiency_cases(st, wanted);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "petrel_bench: %s\n", e.what());
         return 1;
