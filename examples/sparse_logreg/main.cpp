@@ -84,6 +84,7 @@ struct options {
     std::size_t delay = 2;
     std::string consistency_text = "bounded_delay:2";
     std::uint64_t seed = 1;
+    double kkt = 0; // > 0: the KKT filter's gradient threshold
 };
 
 constexpr std::string_view options_help =
@@ -105,6 +106,9 @@ Options of this example:
   --consistency MODE   sequential, eventual or bounded_delay:N with N 1, 2, 4 or 8
                        (default bounded_delay:2)
   --seed N             seed of the feature hash and of the shuffling (default 1)
+  --kkt-filter X       send no row whose weights are all zero and whose gradient is
+                       at most X in every class (the KKT filter; X = the L1 strength
+                       --l1 is the optimality bound; default 0: off)
 Options are written --name value or --name=value.
 
 )";
@@ -221,6 +225,8 @@ options parse_options(const std::vector<std::string>& rest) {
             o.data = value;
         } else if (name == "consistency") {
             parse_consistency(value, o);
+        } else if (name == "kkt-filter") {
+            o.kkt = parse_real(name, value, false);
         } else if (name == "seed") {
             o.seed = parse_integer<std::uint64_t>(name, value, 0,
                                                   std::numeric_limits<std::uint64_t>::max());
@@ -430,6 +436,39 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+/// The KKT filter of the parameter server paper (§5.1), written as a user filter: with an
+/// L1 penalty, a key whose weights are all zero stays at zero while its gradient is smaller
+/// than the penalty's pull towards zero, so a small gradient of such a key need not be
+/// sent. The filter sees each push's rows with the weights the worker pulled for the same
+/// keys just before.
+class kkt_filter final : public petrel::wire::push_filter<std::uint64_t, float> {
+public:
+    explicit kkt_filter(float threshold) : threshold_(threshold) {}
+
+    /// The weights pulled for the keys of the next push, in the same order.
+    void set_weights(std::span<const float> w) { weights_ = w; }
+
+    void filter(petrel::wire::filter_batch<std::uint64_t, float>& b) override {
+        if (weights_.size() != b.values.size()) {
+            return; // not the batch the weights belong to: send everything
+        }
+        const std::size_t w = b.width;
+        b.keep_if([&](std::size_t i) {
+            for (std::size_t c = 0; c < w; ++c) {
+                if (weights_[i * w + c] != 0.0f || std::abs(b.row(i)[c]) > threshold_) {
+                    return true;
+                }
+            }
+            return false;
+        });
+        weights_ = {};
+    }
+
+private:
+    float threshold_;
+    std::span<const float> weights_;
+};
+
 template <typename Consistency>
 void train(petrel::worker_node& worker, const options& o, const job_data& data) {
     const std::uint32_t rank = worker.rank();
@@ -440,6 +479,11 @@ void train(petrel::worker_node& worker, const options& o, const job_data& data) 
 
     petrel::kv_store<std::uint64_t, float, Consistency> kv(
         worker, {.table_id = weights_table, .width = classes});
+    std::shared_ptr<kkt_filter> kkt;
+    if (o.kkt > 0) {
+        kkt = std::make_shared<kkt_filter>(static_cast<float>(o.kkt));
+        kv.set_filters({kkt});
+    }
     // Each worker adds its loss, correct predictions and examples to one key per epoch;
     // `eventual`: a push is applied when it arrives, and the barrier after it makes it
     // visible to worker 0.
@@ -526,6 +570,9 @@ void train(petrel::worker_node& worker, const options& o, const job_data& data) 
                 epoch_stats.loss += s.loss;
                 epoch_stats.correct += s.correct;
                 epoch_stats.count += s.count;
+                if (kkt) {
+                    kkt->set_weights(w.value_span());
+                }
                 kv.push(b.keys, std::span<const float>(b.gradient), asio::use_future).get();
             }
             // Keys are inserted by their first push: watch the table grow early on.
@@ -570,6 +617,14 @@ void train(petrel::worker_node& worker, const options& o, const job_data& data) 
         say("distinct_keys %llu  nonzero_keys %llu after scoring the test images (pulls insert "
             "no keys)  (%.1f s)\n",
             keys[0], keys[1], seconds_since(start));
+        if (kkt) {
+            const auto t = kv.traffic();
+            say("kkt filter (worker 0): sent %.1f%% of the gradient bytes (%llu of %llu)\n",
+                100.0 * static_cast<double>(t.filter.out) /
+                    static_cast<double>(std::max<std::uint64_t>(t.filter.in, 1)),
+                static_cast<unsigned long long>(t.filter.out),
+                static_cast<unsigned long long>(t.filter.in));
+        }
         say("test_loss=%.4f\n", all.loss / all.count);
         say("test_accuracy=%.4f\n", all.correct / all.count);
     }
