@@ -341,10 +341,13 @@ public:
 
     void reserve(const wire::message& m) override {
         const auto keys = key_seq<Key>::of(m);
+        found_.clear();
+        found_keys_ = nullptr;
         if (dense_) {
             reserve_pages(keys);
         } else {
             reserve_keys(keys);
+            found_keys_ = keys.data.data();
         }
     }
 
@@ -352,27 +355,42 @@ public:
         const auto values = m.values().as<Value>();
         const bool add = updater_->is_sum();
         const std::size_t stride = width_ + state_width_;
-        for_each_block(key_seq<Key>::of(m),
-                       [&](std::size_t i, Key, std::uint32_t r, std::size_t n) {
-                           const Value* g = values.data() + i * width_;
-                           Value* row = rows_.row(r);
-                           if (add && state_width_ == 0) {
-                               // Rows of a block are contiguous: one loop over all their values.
-                               for (std::size_t j = 0; j < n * width_; ++j) {
-                                   row[j] += g[j];
-                               }
-                               return;
-                           }
-                           for (std::size_t q = 0; q < n; ++q, row += stride, g += width_) {
-                               if (add) {
-                                   for (std::size_t j = 0; j < width_; ++j) {
-                                       row[j] += g[j];
-                                   }
-                               } else {
-                                   update(row, g);
-                               }
-                           }
-                       });
+        const auto keys = key_seq<Key>::of(m);
+        // The rows `reserve` just found for these keys (a sparse keyed push), so that the
+        // keys are not looked up twice.
+        const bool known = !dense_ && !keys.runs && found_keys_ == keys.data.data() &&
+                           found_.size() == keys.data.size();
+        auto each = [&](auto&& f) {
+            if (known) {
+                for (std::size_t i = 0; i < found_.size(); ++i) {
+                    f(i, keys.data[i], found_[i], std::size_t{1});
+                }
+            } else {
+                for_each_block(keys, f);
+            }
+        };
+        each([&](std::size_t i, Key, std::uint32_t r, std::size_t n) {
+            const Value* g = values.data() + i * width_;
+            Value* row = rows_.row(r);
+            if (add && state_width_ == 0) {
+                // Rows of a block are contiguous: one loop over all their values.
+                for (std::size_t j = 0; j < n * width_; ++j) {
+                    row[j] += g[j];
+                }
+                return;
+            }
+            for (std::size_t q = 0; q < n; ++q, row += stride, g += width_) {
+                if (add) {
+                    for (std::size_t j = 0; j < width_; ++j) {
+                        row[j] += g[j];
+                    }
+                } else {
+                    update(row, g);
+                }
+            }
+        });
+        found_.clear();
+        found_keys_ = nullptr;
     }
 
     void apply_clock(std::span<const wire::message* const> pushes, bool mean) noexcept override {
@@ -572,10 +590,19 @@ private:
         }
     }
 
+    /// Creates the rows of the keys not stored yet, and records every key's row in
+    /// `found_` (for a keyed push; runs are not recorded).
     void reserve_keys(const key_seq<Key>& keys) {
         std::vector<Key> fresh;
-        keys.for_each([&](std::size_t, Key k) {
-            if (index_.find(k) == npos) {
+        if (!keys.runs) {
+            found_.resize(keys.data.size());
+        }
+        keys.for_each([&](std::size_t i, Key k) {
+            const std::uint32_t r = index_.find(k);
+            if (!keys.runs) {
+                found_[i] = r;
+            }
+            if (r == npos) {
                 fresh.push_back(k);
             }
         });
@@ -585,10 +612,17 @@ private:
         check_room(fresh.size());
         rows_.reserve_more(fresh.size());
         index_.reserve_more(fresh.size());
+        std::size_t next = 0;
         for (Key k : fresh) {
             const auto r = static_cast<std::uint32_t>(rows_.add());
             init_row(rows_.row(r), k);
             index_.insert(k, r);
+            if (!keys.runs) {
+                while (found_[next] != npos) {
+                    ++next;
+                }
+                found_[next++] = r; // fresh keys come in the order of the push
+            }
         }
     }
 
@@ -698,6 +732,8 @@ private:
     row_store<Value> rows_;
     std::optional<key_range<std::uint64_t>> dense_;
     hash_index<Key> index_;            // sparse
+    std::vector<std::uint32_t> found_; // rows of the keys of the push `reserve` last saw
+    const Key* found_keys_ = nullptr;  // ... and where its keys were
     std::vector<std::uint32_t> pages_; // dense: first row of each page, or npos
     std::vector<std::uint32_t> marks_; // scratch of apply_clock: row → sum slot + 1
 };
