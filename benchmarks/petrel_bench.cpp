@@ -94,6 +94,8 @@ private:
 
 /// Medians of the raw baseline, by payload size, for ratio_to_raw.
 std::map<std::size_t, double> raw_push_pull_median;
+/// Median of the raw 64-byte ping-pong, for the small-request cases.
+double raw_pingpong_median = 0;
 /// Goodput of the raw one-way stream, for goodput_vs_raw_stream.
 double raw_stream_gbps = 0;
 
@@ -129,6 +131,7 @@ void raw_cases(const settings& st, const std::function<bool(const std::string&)>
         auto b = budget_for(64, st.quick);
         auto s = petrel_bench::raw::pingpong(64, b.min_iterations, b.min_seconds, b.max_iterations);
         print("raw_pingpong_64B", s, 128, 0, 64);
+        raw_pingpong_median = s.median();
     }
     for (auto [label, bytes] : {std::pair{"1key", std::size_t{4}}, std::pair{"4MiB", 4 * mib},
                                 std::pair{"64MiB", 64 * mib}}) {
@@ -667,6 +670,8 @@ void small_requests_case(const settings& st, std::size_t in_flight) {
         .add("requests_per_second", 1e6 / per_request_concurrent)
         .add("serial_requests_per_second", 1e6 / per_request_serial)
         .add("speedup_vs_serial", per_request_serial / per_request_concurrent)
+        .add("ratio_to_raw",
+             raw_pingpong_median > 0 ? per_request_concurrent / raw_pingpong_median : 1.0)
         .add("bytes_on_wire_per_request",
              static_cast<double>(after.sent_bytes - before.sent_bytes) /
                  static_cast<double>(rounds * in_flight))
@@ -677,7 +682,7 @@ void small_requests_case(const settings& st, std::size_t in_flight) {
 /// Total push+pull throughput of `n` servers and `n` workers in this process (one job
 /// through petrel::run): each worker pushes and pulls 64 Ki random keys with 16 floats each
 /// (4 MiB of values) per iteration.
-void scaling_case(const settings& st, std::size_t n, double& base) {
+void scaling_case(const settings& st, std::size_t n, double& base, double raw_median) {
     const std::size_t iterations = st.quick ? 3 : 30;
     const std::size_t key_count = st.quick ? 4096 : 65536;
     constexpr std::size_t width = 16;
@@ -687,6 +692,8 @@ void scaling_case(const settings& st, std::size_t n, double& base) {
     cfg.threads = 2;
     std::mutex mutex;
     std::vector<double> seconds;
+    samples per_iteration; // every worker's iterations
+    std::uint64_t sent = 0;
     const int status = petrel::run(
         cfg,
         [&](petrel::worker_node& w) {
@@ -694,16 +701,24 @@ void scaling_case(const settings& st, std::size_t n, double& base) {
             const auto keys = random_keys(key_count, 100 + w.rank());
             auto grad = std::make_shared<std::vector<float>>(key_count * width, 0.5f);
             kv.push(keys, grad, asio::use_future).get(); // creates the rows
+            const auto before = kv.traffic().sent_bytes;
+            std::vector<clock_type::duration> mine;
             const auto t0 = clock_type::now();
             for (std::size_t i = 0; i < iterations; ++i) {
+                const auto t1 = clock_type::now();
                 kv.push(keys, grad, asio::use_future).get();
                 if (kv.pull(keys, asio::use_future).get().size() != keys.size()) {
                     throw std::runtime_error("scaling: short pull");
                 }
+                mine.push_back(clock_type::now() - t1);
             }
             const double t = std::chrono::duration<double>(clock_type::now() - t0).count();
             std::lock_guard lock(mutex);
             seconds.push_back(t);
+            for (auto d : mine) {
+                per_iteration.add(d);
+            }
+            sent += kv.traffic().sent_bytes - before;
         },
         petrel::logger{});
     if (status != petrel::run_ok || seconds.size() != n) {
@@ -718,6 +733,11 @@ void scaling_case(const settings& st, std::size_t n, double& base) {
     }
     petrel_bench::json_line line;
     line.add("case", "scaling_" + std::to_string(n))
+        .add("median_us", per_iteration.median())
+        .add("p99_us", per_iteration.p99())
+        .add("bytes_on_wire_per_iteration",
+             static_cast<double>(sent) / static_cast<double>(n * iterations))
+        .add("ratio_to_raw", raw_median > 0 ? per_iteration.median() / raw_median : 1.0)
         .add("servers", n)
         .add("workers", n)
         .add("keys_per_worker", key_count)
@@ -731,15 +751,39 @@ void scaling_case(const settings& st, std::size_t n, double& base) {
 
 void efficiency_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
     sparse_cases(st, wanted);
+    bool small = false;
+    for (std::size_t k : {16, 64}) {
+        small = small || wanted("small_push_1key_x" + std::to_string(k));
+    }
+    if (small && raw_pingpong_median == 0) {
+        auto b = budget_for(64, st.quick);
+        raw_pingpong_median =
+            petrel_bench::raw::pingpong(64, b.min_iterations, b.min_seconds, b.max_iterations)
+                .median();
+    }
     for (std::size_t k : {16, 64}) {
         if (wanted("small_push_1key_x" + std::to_string(k))) {
             small_requests_case(st, k);
         }
     }
+    bool scaling = false;
+    for (std::size_t n : {1, 2, 4}) {
+        scaling = scaling || wanted("scaling_" + std::to_string(n));
+    }
+    if (!scaling) {
+        return;
+    }
+    // One worker's push+pull per iteration: keys and values out, values back.
+    const std::size_t keys = st.quick ? 4096 : 65536;
+    const std::size_t payload = keys * (sizeof(std::uint64_t) + 16 * sizeof(float));
+    auto b = budget_for(payload, st.quick);
+    const double raw =
+        petrel_bench::raw::push_pull(payload, b.min_iterations, b.min_seconds, b.max_iterations)
+            .median();
     double base = 0;
     for (std::size_t n : {1, 2, 4}) {
         if (wanted("scaling_" + std::to_string(n))) {
-            scaling_case(st, n, base);
+            scaling_case(st, n, base, raw);
         }
     }
 }
