@@ -100,7 +100,7 @@ double raw_pingpong_median = 0;
 double raw_stream_gbps = 0;
 
 void print(const std::string& name, const samples& s, std::size_t bytes_moved, double raw_median,
-           std::size_t payload, double faults = -1) {
+           std::size_t payload, double faults = -1, double wire_bytes = -1) {
     petrel_bench::json_line line;
     line.add("case", name)
         .add("median_us", s.median())
@@ -113,6 +113,9 @@ void print(const std::string& name, const samples& s, std::size_t bytes_moved, d
     if (faults >= 0) {
         line.add("minor_faults_per_iteration", faults);
     }
+    if (wire_bytes >= 0) {
+        line.add("bytes_on_wire", wire_bytes); // per iteration, both directions, whole frames
+    }
     if (raw_stream_gbps > 0 && name.rfind("petrel_", 0) == 0) {
         line.add("goodput_vs_raw_stream",
                  petrel_bench::gbit_per_s(bytes_moved, s.median()) / raw_stream_gbps);
@@ -124,13 +127,13 @@ void raw_cases(const settings& st, const std::function<bool(const std::string&)>
     const std::size_t mib = std::size_t{1} << 20;
     if (wanted("raw_stream_64MiB")) {
         auto s = petrel_bench::raw::stream_throughput(64 * mib, mib, st.quick ? 2 : 15);
-        print("raw_stream_64MiB", s, 64 * mib, 0, 64 * mib);
+        print("raw_stream_64MiB", s, 64 * mib, 0, 64 * mib, -1, 64.0 * mib + 1);
         raw_stream_gbps = petrel_bench::gbit_per_s(64 * mib, s.median());
     }
     if (wanted("raw_pingpong_64B")) {
         auto b = budget_for(64, st.quick);
         auto s = petrel_bench::raw::pingpong(64, b.min_iterations, b.min_seconds, b.max_iterations);
-        print("raw_pingpong_64B", s, 128, 0, 64);
+        print("raw_pingpong_64B", s, 128, 0, 64, -1, 128);
         raw_pingpong_median = s.median();
     }
     for (auto [label, bytes] : {std::pair{"1key", std::size_t{4}}, std::pair{"4MiB", 4 * mib},
@@ -143,7 +146,8 @@ void raw_cases(const settings& st, const std::function<bool(const std::string&)>
         auto s =
             petrel_bench::raw::push_pull(bytes, b.min_iterations, b.min_seconds, b.max_iterations);
         raw_push_pull_median[bytes] = s.median();
-        print(name, s, 2 * bytes, 0, bytes);
+        // Push and pull each carry a 16-byte header, as do the ack and the pull request.
+        print(name, s, 2 * bytes, 0, bytes, -1, 2.0 * static_cast<double>(bytes) + 64);
     }
 }
 
@@ -151,8 +155,16 @@ void raw_cases(const settings& st, const std::function<bool(const std::string&)>
 /// loopback, each node on its own io thread. The worker drives the loop from a coroutine.
 enum class style { coroutine, future, shared };
 
-/// Minor page faults per measured iteration of the last `petrel_push_pull`.
+/// Minor page faults, and bytes on the wire (sent and received, whole frames), per
+/// measured iteration of the last `petrel_push_pull` or `dense_push_pull`.
 double last_faults_per_iteration = 0;
+double last_wire_bytes = 0;
+
+template <typename Store>
+std::uint64_t wire_total(const Store& kv) {
+    const auto t = kv.traffic();
+    return t.sent_bytes + t.received_bytes;
+}
 
 samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style how,
                          std::size_t server_count = 1) {
@@ -190,13 +202,17 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
             once();
         }
         const long faults = minor_faults();
+        const auto wire = wire_total(kv);
         auto s =
             petrel_bench::run_timed(once, b.min_iterations, b.min_seconds, b.max_iterations, 0);
         last_faults_per_iteration =
             static_cast<double>(minor_faults() - faults) / static_cast<double>(s.size());
+        last_wire_bytes =
+            static_cast<double>(wire_total(kv) - wire) / static_cast<double>(s.size());
         return s;
     }
     long faults = 0;
+    std::uint64_t wire = 0;
     auto loop = [&]() -> asio::awaitable<samples> {
         samples s;
         const auto start = clock_type::now();
@@ -215,6 +231,7 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
             if (i < warmup) {
                 if (i + 1 == warmup) {
                     faults = minor_faults();
+                    wire = wire_total(kv);
                 }
                 continue;
             }
@@ -229,6 +246,7 @@ samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style ho
     auto s = asio::co_spawn(worker_io.executor(), loop(), asio::use_future).get();
     last_faults_per_iteration =
         static_cast<double>(minor_faults() - faults) / static_cast<double>(s.size());
+    last_wire_bytes = static_cast<double>(wire_total(kv) - wire) / static_cast<double>(s.size());
     return s;
 }
 
@@ -247,19 +265,22 @@ void petrel_cases(const settings& st, const std::function<bool(const std::string
         const std::string name = std::string("petrel_push_pull_") + sh.label;
         if (wanted(name)) {
             auto s = petrel_push_pull(sh.keys, sh.width, b, style::coroutine);
-            print(name, s, 2 * bytes, raw, bytes, last_faults_per_iteration);
+            print(name, s, 2 * bytes, raw, bytes, last_faults_per_iteration, last_wire_bytes);
         }
         if (wanted(name + "_2servers")) {
             auto s = petrel_push_pull(sh.keys, sh.width, b, style::coroutine, 2);
-            print(name + "_2servers", s, 2 * bytes, raw, bytes, last_faults_per_iteration);
+            print(name + "_2servers", s, 2 * bytes, raw, bytes, last_faults_per_iteration,
+                  last_wire_bytes);
         }
         if (sh.keys == 1 && wanted(name + "_future")) {
-            print(name + "_future", petrel_push_pull(sh.keys, sh.width, b, style::future),
-                  2 * bytes, raw, bytes);
+            auto s = petrel_push_pull(sh.keys, sh.width, b, style::future);
+            print(name + "_future", s, 2 * bytes, raw, bytes, last_faults_per_iteration,
+                  last_wire_bytes);
         }
         if (sh.keys > 1 && wanted(name + "_shared")) {
             auto s = petrel_push_pull(sh.keys, sh.width, b, style::shared);
-            print(name + "_shared", s, 2 * bytes, raw, bytes, last_faults_per_iteration);
+            print(name + "_shared", s, 2 * bytes, raw, bytes, last_faults_per_iteration,
+                  last_wire_bytes);
         }
     }
 }
@@ -296,7 +317,13 @@ samples dense_push_pull(bool ranged, budget b) {
             }
         }
     };
-    return petrel_bench::run_timed(once, b.min_iterations, b.min_seconds, b.max_iterations, 3);
+    for (int i = 0; i < 3; ++i) {
+        once();
+    }
+    const auto wire = wire_total(kv);
+    auto s = petrel_bench::run_timed(once, b.min_iterations, b.min_seconds, b.max_iterations, 0);
+    last_wire_bytes = static_cast<double>(wire_total(kv) - wire) / static_cast<double>(s.size());
+    return s;
 }
 
 void dense_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
@@ -304,10 +331,12 @@ void dense_cases(const settings& st, const std::function<bool(const std::string&
     const double raw = raw_push_pull_median.contains(bytes) ? raw_push_pull_median[bytes] : 0;
     const auto b = budget_for(bytes, st.quick);
     if (wanted("petrel_dense_16Mi_scalars_keyed")) {
-        print("petrel_dense_16Mi_scalars_keyed", dense_push_pull(false, b), 2 * bytes, raw, bytes);
+        auto s = dense_push_pull(false, b);
+        print("petrel_dense_16Mi_scalars_keyed", s, 2 * bytes, raw, bytes, -1, last_wire_bytes);
     }
     if (wanted("petrel_dense_16Mi_scalars_range")) {
-        print("petrel_dense_16Mi_scalars_range", dense_push_pull(true, b), 2 * bytes, raw, bytes);
+        auto s = dense_push_pull(true, b);
+        print("petrel_dense_16Mi_scalars_range", s, 2 * bytes, raw, bytes, -1, last_wire_bytes);
     }
 }
 
@@ -603,7 +632,8 @@ void sparse_cases(const settings& st, const std::function<bool(const std::string
     auto raw =
         petrel_bench::raw::stream_throughput(payload, std::size_t{1} << 20, st.quick ? 2 : 15);
     raw_sparse_push_median = raw.median();
-    print("raw_push_sparse_payload", raw, payload, 0, payload);
+    print("raw_push_sparse_payload", raw, payload, 0, payload, -1,
+          static_cast<double>(payload) + 1);
     double plain = 0;
     for (const auto& v : variants) {
         if (!wanted(v.name)) {
