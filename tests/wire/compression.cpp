@@ -155,6 +155,15 @@ TEST_CASE("compression: encoded headers are checked", "[wire][efficiency]") {
         REQUIRE_FALSE(check_header(h, payload));
         CHECK(validate(m, {}, pool, nullptr) == errc::segment_size_mismatch);
     }
+    SECTION("a block whose raw size does not fit the header is refused before decoding") {
+        m.header.width = 2; // the values block holds one float per key, not two
+        message_header h = m.header;
+        REQUIRE_FALSE(check_header(h, payload));
+        const std::size_t idle = pool.pooled_bytes();
+        CHECK(receive(m, {}, pool, nullptr) == errc::value_count_mismatch);
+        CHECK(pool.pooled_bytes() == idle); // nothing was taken from the pool
+        CHECK((m.header.encoding & encoding_values_snappy) != 0);
+    }
     SECTION("the plain validate() refuses encoded messages") {
         CHECK(validate(m, {}) == errc::malformed_header);
     }

@@ -112,7 +112,16 @@ TEST_CASE("key_cache: the receiver resolves only an exact match", "[wire][effici
         r.store(7, key_list_digest(other.span()), scalar_type::u64, other.span(), pool);
         CHECK_FALSE(r.find(7, digest, scalar_type::u64, keys.size()));
         CHECK(r.size() == 1);
-        CHECK(r.bytes() == other.size());
+        CHECK(r.bytes() == other.size() + key_cache_receiver::entry_overhead);
+    }
+    SECTION("many tiny lists count their bookkeeping against the limit") {
+        key_cache_receiver tiny(10 * (8 + key_cache_receiver::entry_overhead));
+        for (std::uint64_t id = 1; id <= 1000; ++id) {
+            const auto one = keys_of({id});
+            tiny.store(id, key_list_digest(one.span()), scalar_type::u64, one.span(), pool);
+        }
+        CHECK(tiny.size() == 10);
+        CHECK(tiny.bytes() <= 10 * (8 + key_cache_receiver::entry_overhead));
     }
     SECTION("least recently used lists go first") {
         key_cache_receiver small(1000);

@@ -135,10 +135,12 @@ inline void compress(message& m, const compression_options& o, buffer_pool& pool
 /// Undoes `compress`: every snappy segment of `m` is replaced by its raw bytes in a pooled
 /// buffer and the header says so. Each raw length is read from the block and checked
 /// against `max_frame_bytes` (and their padded sum against it too) before anything is
-/// allocated; a block that does not decode is refused. The header must have passed
-/// `check_header` in its encoded form; the caller checks it again afterwards.
-[[nodiscard]] inline std::error_code decompress(message& m, std::uint64_t max_frame_bytes,
-                                                buffer_pool& pool) {
+/// allocated, and so does `check(header)`: the header as it will be once decompressed
+/// (raw segment sizes, snappy bits cleared), so that a receiver can check it completely
+/// before it allocates anything. A block that does not decode is refused.
+template <typename Check>
+[[nodiscard]] std::error_code decompress(message& m, std::uint64_t max_frame_bytes,
+                                         buffer_pool& pool, Check&& check) {
     auto& h = m.header;
     std::uint64_t total = 0;
     std::size_t raw[segment_count] = {};
@@ -163,6 +165,16 @@ inline void compress(message& m, const compression_options& o, buffer_pool& pool
     if (total > max_frame_bytes) {
         return errc::frame_too_large;
     }
+    {
+        message_header decoded = h;
+        decoded.encoding &= static_cast<std::uint8_t>(~encoding_snappy_mask);
+        for (std::size_t s = 0; s < segment_count; ++s) {
+            decoded.segment_bytes[s] = raw[s];
+        }
+        if (auto ec = check(decoded)) {
+            return ec;
+        }
+    }
     for (std::size_t s = 0; s < 2; ++s) {
         const std::uint8_t bit = s == keys_segment ? encoding_keys_snappy : encoding_values_snappy;
         if ((h.encoding & bit) == 0) {
@@ -178,6 +190,13 @@ inline void compress(message& m, const compression_options& o, buffer_pool& pool
         h.encoding &= static_cast<std::uint8_t>(~bit);
     }
     return {};
+}
+
+/// `decompress` with no check of the decoded header beyond the size limit.
+[[nodiscard]] inline std::error_code decompress(message& m, std::uint64_t max_frame_bytes,
+                                                buffer_pool& pool) {
+    return decompress(m, max_frame_bytes, pool,
+                      [](const message_header&) { return std::error_code{}; });
 }
 
 } // namespace petrel::wire

@@ -381,10 +381,11 @@ namespace detail {
 } // namespace detail
 
 /// Undoes the encodings of a message whose header passed `check_header`, and checks its
-/// payload: snappy segments are decompressed (raw lengths checked against the limits
-/// first) and the header checked again; a key list reference is replaced by the keys
-/// `cache` holds, or left as it is when it holds none (the server answers
-/// `errc::key_cache_miss`); keys are checked (`check_payload`); keys sent to be kept are
+/// payload: snappy segments are decompressed once the header they decode to passed
+/// `check_header` (raw lengths, read from the blocks, against the limits and the header's
+/// key count, width and types: nothing is allocated for a block of the wrong size); a key list
+/// reference is replaced by the keys `cache` holds, or left as it is when it holds none (the server
+/// answers `errc::key_cache_miss`); keys are checked (`check_payload`); keys sent to be kept are
 /// checked against their digest and kept in `cache`. Sets `m.received_bytes`.
 [[nodiscard]] inline std::error_code receive(message& m, const wire_limits& limits,
                                              buffer_pool& pool, key_cache_receiver* cache) {
@@ -392,10 +393,10 @@ namespace detail {
     m.received_bytes = framed_payload_bytes(h);
     m.received_values_bytes = h.segment_bytes[values_segment];
     if ((h.encoding & encoding_snappy_mask) != 0) {
-        if (auto ec = decompress(m, limits.max_frame_bytes, pool)) {
-            return ec;
-        }
-        if (auto ec = check_header(h, framed_payload_bytes(h))) {
+        // The decoded header is checked completely before anything is allocated.
+        if (auto ec = decompress(m, limits.max_frame_bytes, pool, [](const message_header& d) {
+                return check_header(d, framed_payload_bytes(d));
+            })) {
             return ec;
         }
     }

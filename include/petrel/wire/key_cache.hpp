@@ -67,10 +67,10 @@ public:
     void store(std::uint64_t id, std::uint64_t digest, scalar_type type,
                std::span<const std::byte> keys, buffer_pool& pool) {
         erase(id);
-        if (keys.size() > max_bytes_ || keys.empty()) {
+        if (cost(keys.size()) > max_bytes_ || keys.empty()) {
             return;
         }
-        while (bytes_ + keys.size() > max_bytes_ && !order_.empty()) {
+        while (bytes_ + cost(keys.size()) > max_bytes_ && !order_.empty()) {
             erase(order_.front());
         }
         pooled_buffer copy = pool.acquire(keys.size());
@@ -78,11 +78,15 @@ public:
         order_.push_back(id);
         lists_.emplace(id,
                        entry{copy.share(0, keys.size()), digest, type, std::prev(order_.end())});
-        bytes_ += keys.size();
+        bytes_ += cost(keys.size());
     }
 
+    /// Bytes the lists take, each counted with `entry_overhead` for its bookkeeping (so
+    /// that a peer cannot make many tiny lists cost more than the limit says).
     [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
     [[nodiscard]] std::size_t size() const noexcept { return lists_.size(); }
+
+    static constexpr std::size_t entry_overhead = 128;
 
 private:
     using entry = detail::key_list_entry;
@@ -92,9 +96,13 @@ private:
         if (it == lists_.end()) {
             return;
         }
-        bytes_ -= it->second.keys.size();
+        bytes_ -= cost(it->second.keys.size());
         order_.erase(it->second.place);
         lists_.erase(it);
+    }
+
+    static constexpr std::size_t cost(std::size_t key_bytes) noexcept {
+        return key_bytes + entry_overhead;
     }
 
     std::size_t max_bytes_;
