@@ -1407,30 +1407,25 @@ private:
         auto slot = asio::get_associated_cancellation_slot(handler);
         detail::completion done(std::move(handler), transport_.get_executor());
         using result_type = kv_pairs<Key, Value>;
-        auto complete = [](auto&& d, std::error_code ec, result_type r) {
+        // Completes with the error (and the result, for a `kv_pairs` pull): at once, or
+        // posted when still inside the initiating call.
+        auto complete = [](auto&& d, std::error_code ec, result_type r, bool posted = false) {
             if constexpr (Into) {
                 (void)r;
-                std::move(d).dispatch(ec);
+                posted ? std::move(d).post(ec) : std::move(d).dispatch(ec);
             } else {
-                std::move(d).dispatch(ec, std::move(r));
-            }
-        };
-        auto post = [](auto&& d, std::error_code ec, result_type r) {
-            if constexpr (Into) {
-                (void)r;
-                std::move(d).post(ec);
-            } else {
-                std::move(d).post(ec, std::move(r));
+                posted ? std::move(d).post(ec, std::move(r))
+                       : std::move(d).dispatch(ec, std::move(r));
             }
         };
         std::vector<slice> slices;
         if (auto ec =
                 p.error ? p.error : (p.count == 0 ? std::error_code{} : split(p, false, slices))) {
-            post(std::move(done), ec, result_type{});
+            complete(std::move(done), ec, result_type{}, true);
             return;
         }
         if (slices.empty()) {
-            post(std::move(done), std::error_code{}, result_type({}, {}, opts_.width));
+            complete(std::move(done), std::error_code{}, result_type({}, {}, opts_.width), true);
             return;
         }
         struct pull_state : join_state<decltype(done)> {
