@@ -655,7 +655,7 @@ private:
                                           detail::reply_callback on_reply) {
         return [pipe = std::move(pipe), on_reply = std::move(on_reply)](std::error_code ec,
                                                                         wire::message&& r) {
-            if (r.header.magic == wire::magic && r.received_bytes + r.header.request_id > 0) {
+            if (r.header.request_id != 0) { // a reply (request ids start at 1), not a failure
                 auto& c = pipe->counters;
                 c.replies.fetch_add(1, std::memory_order_relaxed);
                 c.received_bytes.fetch_add(
