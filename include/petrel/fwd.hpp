@@ -54,6 +54,12 @@ class manager_node;
 struct member_options;
 class member;
 class worker_node;
+struct data_set;
+struct data_share;
+struct block_schedule;
+struct round_assignment;
+struct attach_options;
+class attachment;
 struct config;
 struct settings;
 

@@ -183,6 +183,7 @@ public:
                                opts_.servers[i],
                                0,
                                static_cast<std::uint32_t>(i),
+                               {},
                                {}});
             ids.push_back(id);
         }
@@ -192,13 +193,21 @@ public:
 
     /// A store of a worker in a job: the job's view says where keys live, and every new
     /// view is followed (a failed server fails its waiting operations at once).
+    ///
+    /// The store of a reader (a worker of a read-only group) only pulls: its pulls never
+    /// wait and return the newest completed clock of each server's ranges (under
+    /// `sequential` and `bounded_delay` servers apply the pushes of a clock together once
+    /// it is complete, so a pulled row holds every push of the clocks below
+    /// `kv_pairs::clocks()` says and none later); pushes, `clock()` and `finish` fail
+    /// with `errc::read_only`.
     /// `opts.servers` and `opts.ring` are ignored. @throws std::invalid_argument
     explicit kv_store(worker_node& worker, options_type opts = {})
         : transport_(worker.transport()), opts_(std::move(opts)), log_(transport_.options().log),
           member_(worker.membership_ptr()), owns_transport_(false) {
         check_width();
         opts_.node_id = worker.id();
-        opts_.worker = worker.rank();
+        opts_.worker = worker.read_only() ? wire::no_worker : worker.rank();
+        read_only_ = worker.read_only();
         opts_.request_timeout = worker.request_timeout();
         clock_ = worker.clock_of(opts_.table_id);
         if (auto v = worker.view(); !v || v->ring.empty()) {
@@ -440,6 +449,10 @@ public:
     /// of the other workers wait for these ticks.
     task<void> clock() {
         auto [tick, done] = make_task<void>(transport_.get_executor());
+        if (read_only_) {
+            done.complete(make_error_code(errc::read_only));
+            return tick;
+        }
         std::vector<task<void>> deps;
         clock_type n = 0;
         {
@@ -512,6 +525,11 @@ public:
     /// call it when a worker stops early. Completion signature: `void(std::error_code)`.
     template <typename CompletionToken>
     auto finish(CompletionToken&& token) {
+        if (read_only_) {
+            auto [t, done] = make_task<void>(transport_.get_executor());
+            done.complete(make_error_code(errc::read_only));
+            return t.async_wait(std::forward<CompletionToken>(token));
+        }
         auto request = tick_request(0, wire::flag_finish);
         return broadcast(pipe_, current_placement(), std::move(request))
             .async_wait(std::forward<CompletionToken>(token));
@@ -1289,6 +1307,9 @@ private:
     /// Also returns the worker's own tick that a read at this clock waits for (invalid when
     /// there is none to wait for).
     std::pair<clock_type, task<void>> read_gate() const {
+        if (read_only_) {
+            return {0, {}}; // a reader waits for nobody: it reads the newest completed clock
+        }
         std::lock_guard lock(clock_->mutex);
         const clock_type r = required_clock<Consistency>(clock_->current);
         task<void> own;
@@ -1320,6 +1341,9 @@ private:
         auto slot = asio::get_associated_cancellation_slot(handler);
         detail::completion done(std::move(handler), transport_.get_executor());
         std::vector<slice> slices;
+        if (read_only_) {
+            p.error = errc::read_only;
+        }
         if (auto ec =
                 p.error ? p.error : (p.count == 0 ? std::error_code{} : split(p, true, slices))) {
             std::move(done).post(ec);
@@ -1667,6 +1691,7 @@ private:
     std::size_t subscription_ = 0;
     std::shared_ptr<shared> shared_ = make_shared_owner();
     bool owns_transport_ = true;
+    bool read_only_ = false; // a reader's store: pulls only
     mutable std::mutex mutex_;
     bool closed_ = false;
     std::map<node_id, std::shared_ptr<detail::request_link>> links_;

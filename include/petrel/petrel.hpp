@@ -36,9 +36,11 @@
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/node.hpp>
 #include <petrel/cluster/ring.hpp>
+#include <petrel/cluster/scheduler.hpp>
 #include <petrel/cluster/view.hpp>
 #include <petrel/cluster/worker_node.hpp>
 
+#include <petrel/launch/attachment.hpp>
 #include <petrel/launch/config.hpp>
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/run.hpp>

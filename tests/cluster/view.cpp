@@ -15,11 +15,17 @@ petrel::membership_view sample() {
     v.job_id = "job-1";
     v.version = 3;
     v.nodes = {
-        {0, petrel::node_role::manager, petrel::node_state::alive, "10.0.0.1:9000", 0, 0, {}},
-        {1, petrel::node_role::server, petrel::node_state::alive, "10.0.0.1:9100", 0, 0, {}},
-        {2, petrel::node_role::server, petrel::node_state::failed, "10.0.0.2:9100", 1, 1,
-         "no heartbeat for 2000 ms"},
-        {3, petrel::node_role::worker, petrel::node_state::left, "", 2, 0, {}}};
+        {0, petrel::node_role::manager, petrel::node_state::alive, "10.0.0.1:9000", 0, 0, {}, {}},
+        {1, petrel::node_role::server, petrel::node_state::alive, "10.0.0.1:9100", 0, 0, {}, {}},
+        {2,
+         petrel::node_role::server,
+         petrel::node_state::failed,
+         "10.0.0.2:9100",
+         1,
+         1,
+         "no heartbeat for 2000 ms",
+         {}},
+        {3, petrel::node_role::worker, petrel::node_state::left, "", 2, 0, {}, "train"}};
     v.ring = petrel::ring::balanced({.partitions = 16}, std::vector<petrel::node_id>{1, 2});
     return v;
 }

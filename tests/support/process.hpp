@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -155,5 +156,42 @@ private:
     bool exited_ = false;
     int status_ = 0;
 };
+
+/// Starts this binary as `size` processes of one job under the PETREL_* launcher,
+/// running the test case `spec` (which must call petrel::run), with its root at
+/// 127.0.0.1:`port` (a free port when 0) and job id "test-<pid of this process>".
+inline std::vector<std::unique_ptr<petrel::test::child_process>>
+start_job(const std::string& spec, int size, const std::map<std::string, std::string>& extra,
+          const std::vector<std::string>& prefix_of_rank = {}, std::uint16_t port = 0) {
+    if (port == 0) {
+        port = petrel::test::free_port();
+    }
+    std::vector<std::unique_ptr<petrel::test::child_process>> procs;
+    for (int r = 0; r < size; ++r) {
+        std::map<std::string, std::string> env{
+            {"PETREL_RANK", std::to_string(r)},
+            {"PETREL_SIZE", std::to_string(size)},
+            {"PETREL_LOCAL_SIZE", std::to_string(size)},
+            {"PETREL_ROOT", "127.0.0.1:" + std::to_string(port)},
+            {"PETREL_SERVERS", "2"},
+            {"PETREL_JOB_ID", "test-" + std::to_string(::getpid())}};
+        for (const auto& [k, v] : extra) {
+            env[k] = v;
+        }
+        std::vector<std::string> argv;
+        if (!prefix_of_rank.empty()) {
+            std::istringstream words(prefix_of_rank[static_cast<std::size_t>(r)]);
+            for (std::string w; words >> w;) {
+                argv.push_back(w);
+            }
+        }
+        argv.push_back(petrel::test::self_path());
+        argv.push_back(spec);
+        procs.push_back(std::make_unique<petrel::test::child_process>(
+            argv, env,
+            "/tmp/petrel-test-" + std::to_string(::getpid()) + "-" + std::to_string(r) + ".log"));
+    }
+    return procs;
+}
 
 } // namespace petrel::test

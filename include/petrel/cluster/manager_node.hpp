@@ -4,6 +4,7 @@
 #include <petrel/cluster/detail/control.hpp>
 #include <petrel/cluster/node.hpp>
 #include <petrel/cluster/ring.hpp>
+#include <petrel/cluster/scheduler.hpp>
 #include <petrel/cluster/view.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
@@ -19,6 +20,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,6 +40,10 @@ struct manager_options {
     /// How many servers and workers the job has; the view is made once all registered.
     std::uint32_t servers = 1;
     std::uint32_t workers = 1;
+    /// Workers may join the running job while fewer than this many are live (0: never,
+    /// the job keeps the workers it formed with). A late worker takes the next worker
+    /// index and the scheduler gives it a share of every data set of its group.
+    std::uint32_t max_workers = 0;
     /// How keys are placed on the servers.
     ring_options ring{};
     /// A node not heard from for this long is declared failed.
@@ -54,6 +60,15 @@ struct manager_options {
 /// state in a new view version, sent to every live node. It also runs barriers over
 /// groups of nodes; a barrier that waits on a failed node fails with
 /// `errc::node_failed`.
+///
+/// It is also the job's scheduler. Data sets defined by workers (`member::async_assign`)
+/// are cut into chunks and divided among the live workers of their group; every change
+/// of a group (a worker joins, leaves or fails) rebalances them in the next view, which
+/// every node receives, and the manager logs each node's new share. Block schedules
+/// (`member::async_round`) hand out disjoint key blocks per round for model parallelism.
+/// Readers (workers of read-only groups) may attach to the running job and detach at
+/// any time: they are in the view but in no barrier, and a reader that dies fails
+/// nothing but itself.
 ///
 /// @par Example
 /// @code
@@ -134,6 +149,17 @@ public:
             token);
     }
 
+    /// The rounds of block schedule `name` handed out so far (the newest 256), oldest
+    /// first; empty for an unknown schedule.
+    [[nodiscard]] std::vector<round_assignment> rounds(std::string_view name) const {
+        std::lock_guard lock(state_->mutex);
+        auto it = state_->schedules.find(std::string(name));
+        if (it == state_->schedules.end()) {
+            return {};
+        }
+        return {it->second.history.begin(), it->second.history.end()};
+    }
+
     /// What made the job fail, one line per failed node; empty otherwise.
     [[nodiscard]] std::string failure() const {
         std::lock_guard lock(state_->mutex);
@@ -180,6 +206,14 @@ private:
         std::set<node_id> arrived;
     };
 
+    /// A block schedule: its rounds so far and the workers waiting for the next one.
+    struct schedule_state {
+        block_schedule def;
+        std::uint64_t next = 0; // the round being gathered
+        std::map<node_id, waiting_barrier> waiting;
+        std::deque<round_assignment> history;
+    };
+
     enum class phase { idle, registering, running, finished };
 
     struct state : std::enable_shared_from_this<state> {
@@ -197,6 +231,8 @@ private:
         std::map<node_id, member> members; // live nodes
         std::map<const connection*, node_id> by_conn;
         std::array<barrier_state, 3> barriers;
+        std::vector<joining> early_readers; // readers that came before the job formed
+        std::map<std::string, schedule_state> schedules;
         std::vector<std::function<void(std::error_code)>> waiters;
         std::error_code result;
         std::string failure;
@@ -297,6 +333,12 @@ private:
                 case control_op::leave:
                     on_leave(c, m.header, out, done);
                     break;
+                case control_op::assign:
+                    on_assign(c, m.header, std::move(body->data), out);
+                    break;
+                case control_op::round:
+                    on_round(c, m.header, std::move(body->blocks), out);
+                    break;
                 case control_op::view:
                     out.push_back(
                         {c, refusal(m.header, errc::bad_message_kind, "nodes do not send views")});
@@ -312,6 +354,7 @@ private:
             {
                 std::lock_guard lock(mutex);
                 std::erase_if(joins, [&](const joining& j) { return j.conn == c; });
+                std::erase_if(early_readers, [&](const joining& j) { return j.conn == c; });
                 auto it = by_conn.find(c.get());
                 if (it == by_conn.end() || ph == phase::finished) {
                     return; // unknown, or the manager itself is shutting down
@@ -345,8 +388,31 @@ private:
             if (b.role == node_role::manager ||
                 (b.role == node_role::server && b.address.empty())) {
                 out.push_back({c, refusal(h, errc::invalid_argument,
-                                          "a joining node must be a server (with an address) "
-                                          "or a worker")});
+                                          "a joining node must be a server (with an address), "
+                                          "a worker or a reader")});
+                return;
+            }
+            if (b.role == node_role::reader) {
+                if (b.worker_group.empty() || b.worker_group == training_group ||
+                    b.worker_group.size() > 256) {
+                    out.push_back({c, refusal(h, errc::invalid_argument,
+                                              "a reader names its read-only group (1 to 256 "
+                                              "bytes, not '" +
+                                                  std::string(training_group) + "')")});
+                    return;
+                }
+                if (ph == phase::running) {
+                    admit(c, h, std::move(b), out);
+                } else if (ph == phase::registering) {
+                    early_readers.push_back({c, h, std::move(b)});
+                } else {
+                    out.push_back({c, refusal(h, errc::shut_down, "the job is over")});
+                }
+                return;
+            }
+            if (b.role == node_role::worker && ph == phase::running &&
+                live_count(node_role::worker) < opts.max_workers) {
+                admit(c, h, std::move(b), out);
                 return;
             }
             // A node that registers again (its first connection dropped and it retried
@@ -400,7 +466,7 @@ private:
             auto v = std::make_shared<membership_view>();
             v->job_id = opts.job_id;
             v->version = 1;
-            v->nodes.push_back({0, node_role::manager, node_state::alive, address, 0, 0, {}});
+            v->nodes.push_back({0, node_role::manager, node_state::alive, address, 0, 0, {}, {}});
             std::vector<node_id> servers;
             std::uint32_t index[2] = {0, 0};
             const auto now = clock::now();
@@ -414,7 +480,8 @@ private:
                                     server ? j.body.address : std::string{},
                                     j.body.rank,
                                     index[server ? 0 : 1]++,
-                                    {}});
+                                    {},
+                                    server ? std::string{} : std::string(training_group)});
                 if (server) {
                     servers.push_back(id);
                 }
@@ -436,6 +503,258 @@ private:
                                         "' formed: " + std::to_string(opts.servers) + " servers, " +
                                         std::to_string(opts.workers) + " workers");
             joins.clear();
+            auto early = std::move(early_readers);
+            early_readers.clear();
+            for (auto& r : early) {
+                admit(r.conn, r.request, std::move(r.body), out);
+            }
+        }
+
+        [[nodiscard]] std::size_t live_count(node_role r) const {
+            return view ? view->count(r, node_state::alive) : 0;
+        }
+
+        /// A worker or reader joins the running job: a new id, a new view (with the data
+        /// of its group rebalanced), and the answer to its join.
+        void admit(const connection_ptr& c, const wire::message_header& h, control_body b,
+                   std::vector<outgoing>& out) {
+            for (const auto& [id, mem] : members) {
+                if (mem.conn == c) {
+                    out.push_back(
+                        {c, refusal(h, errc::invalid_argument, "a connection registers one node")});
+                    return;
+                }
+            }
+            if (view->nodes.size() >= detail::max_view_nodes) {
+                out.push_back({c, refusal(h, errc::job_full, "the view holds no more nodes")});
+                return;
+            }
+            auto v = std::make_shared<membership_view>(*view);
+            const node_id id = v->nodes.back().id + 1;
+            std::uint32_t index = 0;
+            for (const auto& n : v->nodes) {
+                index += n.role == b.role ? 1 : 0;
+            }
+            const std::string g =
+                b.role == node_role::reader ? b.worker_group : std::string(training_group);
+            v->nodes.push_back({id, b.role, node_state::alive, {}, b.rank, index, {}, g});
+            ++v->version;
+            members[id] = {c, clock::now()};
+            by_conn[c.get()] = id;
+            reschedule(*v, g);
+            view = v;
+            control_body reply;
+            reply.op = control_op::join;
+            reply.id = id;
+            reply.version = v->version;
+            reply.view = *v;
+            out.push_back({c, detail::make_control(reply, &h)});
+            report(log_level::info, v->find(id)->describe() + (b.role == node_role::reader
+                                                                   ? " attached to the running job"
+                                                                   : " joined the running job"));
+            broadcast(out, id);
+            log_shares(g);
+        }
+
+        // ---- the scheduler -----------------------------------------------------------
+
+        /// Rebalances the data sets of group `g` over its live members in view `v`.
+        static void reschedule(membership_view& v, const std::string& g) {
+            const auto live = v.live_group(g);
+            for (auto& d : v.schedule.data) {
+                if (d.set.group == g) {
+                    d.rebalance(live);
+                }
+            }
+        }
+
+        /// Logs the share of every live member of `g` in each data set of `g`.
+        void log_shares(const std::string& g) {
+            for (const auto& d : view->schedule.data) {
+                if (d.set.group != g) {
+                    continue;
+                }
+                std::string text =
+                    "data set '" + d.set.name + "' (view " + std::to_string(view->version) + "):";
+                for (auto id : view->live_group(g)) {
+                    const auto s = d.share_of(id, view->version);
+                    text += " node " + std::to_string(id) + " " + std::to_string(s.units) +
+                            (d.set.files.empty() ? " examples" : " records") + " in " +
+                            std::to_string(s.ranges.size()) + " ranges;";
+                }
+                report(log_level::info, text);
+            }
+        }
+
+        /// The live member on `c` of a worker group, or nullptr.
+        const node_info* group_member(const connection_ptr& c) const {
+            auto it = by_conn.find(c.get());
+            const node_info* n = (it != by_conn.end() && view) ? view->find(it->second) : nullptr;
+            if (!n || n->state != node_state::alive ||
+                (n->role != node_role::worker && n->role != node_role::reader)) {
+                return nullptr;
+            }
+            return n;
+        }
+
+        void on_assign(const connection_ptr& c, const wire::message_header& h,
+                       std::optional<data_set> d, std::vector<outgoing>& out) {
+            const node_info* n = group_member(c);
+            if (!n) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "only a live worker or reader can define data sets")});
+                return;
+            }
+            std::string why = d ? d->check() : "an assign request carries a data set";
+            if (!why.empty()) {
+                out.push_back({c, refusal(h, errc::invalid_argument, why)});
+                return;
+            }
+            if (const auto* known = view->schedule.find(d->name)) {
+                if (!(known->set == *d)) {
+                    out.push_back(
+                        {c, refusal(h, errc::invalid_argument,
+                                    "data set '" + d->name + "' is already defined differently")});
+                    return;
+                }
+            } else if (view->schedule.data.size() >= work_schedule::max_data_sets) {
+                out.push_back(
+                    {c, refusal(h, errc::invalid_argument,
+                                "a job holds at most " +
+                                    std::to_string(work_schedule::max_data_sets) + " data sets")});
+                return;
+            } else {
+                auto v = std::make_shared<membership_view>(*view);
+                data_assignment a;
+                a.set = std::move(*d);
+                a.rebalance(v->live_group(a.set.group));
+                const std::string g = a.set.group;
+                v->schedule.data.push_back(std::move(a));
+                ++v->version;
+                const node_id self = n->id; // n points into the view being replaced
+                view = v;
+                broadcast(out, self);
+                log_shares(g);
+            }
+            control_body reply;
+            reply.op = control_op::assign;
+            reply.version = view->version;
+            reply.view = *view;
+            out.push_back({c, detail::make_control(reply, &h)});
+        }
+
+        void on_round(const connection_ptr& c, const wire::message_header& h,
+                      std::optional<block_schedule> def, std::vector<outgoing>& out) {
+            const node_info* n = group_member(c);
+            if (!n) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "only a live worker or reader takes part in rounds")});
+                return;
+            }
+            std::string why = def ? def->check() : "a round request carries its block schedule";
+            if (why.empty() && def->group != n->group) {
+                why = n->describe() + " is not in group '" + def->group + "' of block schedule '" +
+                      def->name + "'";
+            }
+            if (!why.empty()) {
+                out.push_back({c, refusal(h, errc::invalid_argument, why)});
+                return;
+            }
+            auto it = schedules.find(def->name);
+            if (it == schedules.end()) {
+                if (schedules.size() >= work_schedule::max_data_sets) {
+                    out.push_back({c, refusal(h, errc::invalid_argument,
+                                              "a job holds at most " +
+                                                  std::to_string(work_schedule::max_data_sets) +
+                                                  " block schedules")});
+                    return;
+                }
+                it = schedules.emplace(def->name, schedule_state{}).first;
+                it->second.def = *def;
+            } else if (!(it->second.def == *def)) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "block schedule '" + def->name +
+                                              "' is already defined differently")});
+                return;
+            }
+            auto& st = it->second;
+            if (st.next >= st.def.rounds) {
+                round_assignment done;
+                done.schedule = st.def.name;
+                done.round = st.def.rounds;
+                done.finished = true;
+                done.version = view->version;
+                done.self = n->id;
+                out.push_back({c, round_reply(h, std::move(done))});
+                return;
+            }
+            if (!st.waiting.emplace(n->id, waiting_barrier{c, h}).second) {
+                out.push_back(
+                    {c, refusal(h, errc::invalid_argument,
+                                n->describe() + " is already waiting for round " +
+                                    std::to_string(st.next) + " of '" + def->name + "'")});
+                return;
+            }
+            try_release_round(st, out);
+        }
+
+        wire::message round_reply(const wire::message_header& h, round_assignment r) const {
+            control_body b;
+            b.op = control_op::round;
+            b.version = view->version;
+            b.round = std::move(r);
+            return detail::make_control(b, &h);
+        }
+
+        /// Starts the next round once every live member of the schedule's group asked.
+        void try_release_round(schedule_state& st, std::vector<outgoing>& out) {
+            if (st.waiting.empty() || st.next >= st.def.rounds) {
+                return;
+            }
+            const auto live = view->live_group(st.def.group);
+            for (auto id : live) {
+                if (st.waiting.count(id) == 0) {
+                    return;
+                }
+            }
+            round_assignment r;
+            r.schedule = st.def.name;
+            r.round = st.next++;
+            r.version = view->version;
+            r.blocks = round_assignment::rotate(st.def.blocks, r.round, live);
+            std::string text = "round " + std::to_string(r.round) + " of '" + st.def.name + "':";
+            for (const auto& [id, b] : r.blocks) {
+                text += " node " + std::to_string(id) + " → " +
+                        (b == no_block ? std::string("none") : "block " + std::to_string(b)) + ";";
+            }
+            report(log_level::info, text);
+            for (auto& [id, w] : st.waiting) {
+                if (std::binary_search(live.begin(), live.end(), id)) {
+                    auto mine = r;
+                    mine.self = id;
+                    out.push_back({w.conn, round_reply(w.request, std::move(mine))});
+                }
+            }
+            st.waiting.clear();
+            st.history.push_back(std::move(r));
+            if (st.history.size() > 256) {
+                st.history.pop_front();
+            }
+        }
+
+        /// A group changed: its data sets are rebalanced (done by the caller on the new
+        /// view), its shares logged and its rounds no longer wait for departed members.
+        void group_changed(const std::string& g, std::vector<outgoing>& out) {
+            log_shares(g);
+            for (auto& [name, st] : schedules) {
+                if (st.def.group == g) {
+                    std::erase_if(st.waiting, [&](const auto& w) {
+                        const auto* n = view->find(w.first);
+                        return !n || n->state != node_state::alive;
+                    });
+                    try_release_round(st, out);
+                }
+            }
         }
 
         void on_heartbeat(const connection_ptr& c, const wire::message_header& h,
@@ -505,20 +824,29 @@ private:
             members.erase(id);
             by_conn.erase(it);
             auto v = std::make_shared<membership_view>(*view);
+            std::string g;
             for (auto& n : v->nodes) {
                 if (n.id == id) {
                     n.state = node_state::left;
+                    g = n.group;
                 }
             }
             ++v->version;
+            if (!g.empty()) {
+                reschedule(*v, g);
+            }
             view = v;
             control_body b;
             b.op = control_op::leave;
             b.version = v->version;
             out.push_back({c, detail::make_control(b, &h)});
             broadcast(out);
-            for (auto g : {group::all, group::servers, group::workers}) {
-                try_release(g, out);
+            for (auto bg : {group::all, group::servers, group::workers}) {
+                try_release(bg, out);
+            }
+            if (!g.empty()) {
+                report(log_level::info, view->find(id)->describe() + " left");
+                group_changed(g, out);
             }
             check_finished(done);
         }
@@ -530,6 +858,7 @@ private:
             members.erase(id);
             auto v = std::make_shared<membership_view>(*view);
             std::string described;
+            std::string g;
             node_role role = node_role::worker;
             for (auto& n : v->nodes) {
                 if (n.id == id) {
@@ -537,17 +866,25 @@ private:
                     n.failure = why;
                     described = n.describe();
                     role = n.role;
+                    g = n.group;
                 }
             }
             ++v->version;
+            if (!g.empty()) {
+                reschedule(*v, g);
+            }
             view = v;
-            report(log_level::error, described + " failed: " + why);
+            report(role == node_role::reader ? log_level::warning : log_level::error,
+                   described + " failed: " + why);
             broadcast(out);
-            for (auto g : {group::all, group::servers, group::workers}) {
-                if (!in_group(role, g)) {
+            if (!g.empty()) {
+                group_changed(g, out);
+            }
+            for (auto bg : {group::all, group::servers, group::workers}) {
+                if (!in_group(role, bg)) {
                     continue;
                 }
-                auto& b = barriers[index_of(g)];
+                auto& b = barriers[index_of(bg)];
                 for (auto& w : b.waiting) {
                     out.push_back({w.conn, refusal(w.request, errc::node_failed,
                                                    described + " failed: " + why)});
@@ -591,20 +928,28 @@ private:
             b.arrived.clear();
         }
 
-        void broadcast(std::vector<outgoing>& out) {
+        /// Sends the view to every live node but `skip` (which gets it in its answer).
+        void broadcast(std::vector<outgoing>& out, node_id skip = no_node) {
             control_body b;
             b.op = control_op::view;
             b.version = view->version;
             b.view = *view;
             auto m = detail::make_control(b);
             for (const auto& [id, mem] : members) {
-                out.push_back({mem.conn, m});
+                if (id != skip) {
+                    out.push_back({mem.conn, m});
+                }
             }
         }
 
         void check_finished(std::vector<std::function<void(std::error_code)>>& done) {
-            if (ph != phase::running || !members.empty()) {
+            if (ph != phase::running) {
                 return;
+            }
+            for (const auto& [id, mem] : members) {
+                if (const auto* n = view->find(id); n && n->role != node_role::reader) {
+                    return; // readers do not keep a job alive
+                }
             }
             failure = view->failures();
             finish(failure.empty() ? std::error_code{} : make_error_code(errc::node_failed), done);
@@ -702,7 +1047,12 @@ private:
                 out.push_back({j.conn, refusal(j.request, errc::timed_out,
                                                "the job did not start: " + failure)});
             }
+            for (const auto& r : early_readers) {
+                out.push_back({r.conn, refusal(r.request, errc::timed_out,
+                                               "the job did not start: " + failure)});
+            }
             joins.clear();
+            early_readers.clear();
             finish(make_error_code(errc::timed_out), done);
         }
     };

@@ -3,6 +3,7 @@
 
 #include <petrel/cluster/detail/control.hpp>
 #include <petrel/cluster/node.hpp>
+#include <petrel/cluster/scheduler.hpp>
 #include <petrel/cluster/view.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
@@ -31,6 +32,9 @@ struct member_options {
     /// Must equal the manager's job id, or the join is refused with `errc::job_mismatch`.
     std::string job_id = "petrel";
     node_role role = node_role::worker;
+    /// The worker group: `training_group` for workers; a reader names its read-only group
+    /// (anything else), which the scheduler divides data sets over.
+    std::string group = std::string(training_group);
     /// Where peers reach this node: required for a server (its listening address).
     std::string address{};
     /// The rank of this process and the node's index within it: node ids follow them.
@@ -77,8 +81,19 @@ public:
           state_(std::make_shared<state>(transport_, std::move(opts))) {
         if (state_->opts.role == node_role::manager ||
             (state_->opts.role == node_role::server && state_->opts.address.empty())) {
-            throw std::invalid_argument("petrel::member: a member is a server (with its address) "
-                                        "or a worker");
+            throw std::invalid_argument("petrel::member: a member is a server (with its "
+                                        "address), a worker or a reader");
+        }
+        if (state_->opts.role == node_role::reader &&
+            (state_->opts.group.empty() || state_->opts.group == training_group)) {
+            throw std::invalid_argument("petrel::member: a reader names its read-only group "
+                                        "(not '" +
+                                        std::string(training_group) + "')");
+        }
+        if (state_->opts.role == node_role::worker && state_->opts.group != training_group) {
+            throw std::invalid_argument("petrel::member: workers are in group '" +
+                                        std::string(training_group) +
+                                        "'; read-only groups are made of readers");
         }
         if (state_->opts.heartbeat_interval.count() <= 0 ||
             state_->opts.heartbeat_timeout <= state_->opts.heartbeat_interval) {
@@ -126,6 +141,80 @@ public:
                                                                     transport_.get_executor()));
             },
             token);
+    }
+
+    /// Defines data set `d` with the job's scheduler (or finds it, defined the same way by
+    /// another worker) and completes with this node's share under the resulting view:
+    /// `void(std::error_code, data_share)`. Later shares (after workers join, leave or
+    /// fail) come with later views: see `share`. A different definition under the same
+    /// name fails with `errc::invalid_argument`.
+    template <typename CompletionToken>
+    auto async_assign(data_set d, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code, data_share)>(
+            [this](auto handler, data_set d) {
+                auto done = detail::once_function<std::error_code, data_share>(
+                    std::move(handler), transport_.get_executor());
+                detail::control_body b;
+                b.op = detail::control_op::assign;
+                const std::string name = d.name;
+                b.data = std::move(d);
+                std::weak_ptr<state> weak = state_;
+                state_->exchange(b, state_->opts.heartbeat_timeout,
+                                 [weak, done, name](std::error_code ec, wire::message&& m) mutable {
+                                     auto self = weak.lock();
+                                     if (!self) {
+                                         done(make_error_code(errc::shut_down), data_share{});
+                                         return;
+                                     }
+                                     auto v = ec ? nullptr : self->adopt_reply(m);
+                                     if (!ec && !v) {
+                                         ec = errc::malformed_header;
+                                     }
+                                     const node_id me = self->current_id();
+                                     auto share = v ? v->share(name, me) : std::nullopt;
+                                     if (!ec && !share) {
+                                         ec = errc::malformed_header;
+                                     }
+                                     done(ec, ec ? data_share{} : std::move(*share));
+                                 });
+            },
+            token, std::move(d));
+    }
+
+    /// This node's share of data set `name` under the newest view; nothing when the data
+    /// set is not defined.
+    [[nodiscard]] std::optional<data_share> share(std::string_view name) const {
+        std::lock_guard lock(state_->mutex);
+        if (!state_->view) {
+            return std::nullopt;
+        }
+        return state_->view->share(name, state_->id);
+    }
+
+    /// Waits until every live member of the schedule's group has asked for the next round
+    /// of block schedule `s` (defined by the first request; the others must define it
+    /// the same way), then completes with that round: `void(std::error_code,
+    /// round_assignment)`. Once `s.rounds` rounds have been handed out it completes at
+    /// once with `finished` set. Call it again only after finishing the round's work.
+    template <typename CompletionToken>
+    auto async_round(block_schedule s, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code, round_assignment)>(
+            [this](auto handler, block_schedule s) {
+                auto done = detail::once_function<std::error_code, round_assignment>(
+                    std::move(handler), transport_.get_executor());
+                detail::control_body b;
+                b.op = detail::control_op::round;
+                b.blocks = std::move(s);
+                state_->exchange(b, detail::no_deadline,
+                                 [done](std::error_code ec, wire::message&& m) mutable {
+                                     auto body = ec ? std::nullopt : detail::read_control(m);
+                                     if (!ec && (!body || !body->round)) {
+                                         ec = errc::malformed_header;
+                                     }
+                                     done(ec, ec ? round_assignment{} : std::move(*body->round));
+                                 });
+            },
+            token, std::move(s));
     }
 
     /// Tells the manager this node is done (nobody waits for it afterwards) and stops the
@@ -252,6 +341,7 @@ private:
             b.rank = opts.rank;
             b.local = opts.local;
             b.address = opts.address;
+            b.worker_group = opts.group;
             std::weak_ptr<state> weak = weak_from_this();
             link->request(
                 detail::make_control(b),
@@ -342,14 +432,19 @@ private:
                 report(log_level::warning, "ignored a malformed message from the manager");
                 return;
             }
+            adopt(std::move(*b->view));
+        }
+
+        /// Takes `v` if it is newer than the view held, and tells the subscribers.
+        void adopt(membership_view&& incoming) {
             std::vector<view_callback> cbs;
             view_ptr v;
             {
                 std::lock_guard lock(mutex);
-                if (view && view->version >= b->view->version) {
+                if (view && view->version >= incoming.version) {
                     return;
                 }
-                v = std::make_shared<const membership_view>(std::move(*b->view));
+                v = std::make_shared<const membership_view>(std::move(incoming));
                 view = v;
                 for (const auto& [h, cb] : subscribers) {
                     cbs.push_back(cb);
@@ -358,6 +453,23 @@ private:
             for (auto& cb : cbs) {
                 cb(v);
             }
+        }
+
+        /// Adopts the view a reply carries; returns the newest view, or null when the
+        /// reply carries no valid view.
+        view_ptr adopt_reply(const wire::message& m) {
+            auto b = detail::read_control(m);
+            if (!b || !b->view || !valid(*b->view) || b->view->job_id != opts.job_id) {
+                return nullptr;
+            }
+            adopt(std::move(*b->view));
+            std::lock_guard lock(mutex);
+            return view;
+        }
+
+        node_id current_id() const {
+            std::lock_guard lock(mutex);
+            return id;
         }
 
         // ---- heartbeats ------------------------------------------------------------------
@@ -423,6 +535,23 @@ private:
         }
 
         // ---- barrier and leave --------------------------------------------------------------
+
+        /// Sends a request and hands its reply on; a failure's text is remembered.
+        void exchange(const detail::control_body& b, std::chrono::milliseconds timeout,
+                      std::function<void(std::error_code, wire::message&&)> done) {
+            std::weak_ptr<state> weak = weak_from_this();
+            link->request(
+                detail::make_control(b),
+                [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
+                    if (ec && ec != errc::shut_down) {
+                        if (auto self = weak.lock()) {
+                            self->remember(reason(ec, m));
+                        }
+                    }
+                    done(ec, std::move(m));
+                },
+                timeout);
+        }
 
         void call(const detail::control_body& b, std::chrono::milliseconds timeout, done_fn done) {
             std::weak_ptr<state> weak = weak_from_this();

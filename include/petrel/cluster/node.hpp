@@ -19,6 +19,7 @@ enum class node_role : std::uint8_t {
     manager = 1, ///< rendezvous, membership view, barriers, heartbeats
     server = 2,  ///< holds a share of the tables and answers pushes and pulls
     worker = 3,  ///< runs the training code: pushes gradients, pulls weights
+    reader = 4,  ///< a worker of a read-only group: pulls the newest completed clock
 };
 
 [[nodiscard]] constexpr std::string_view to_string(node_role r) noexcept {
@@ -29,13 +30,16 @@ enum class node_role : std::uint8_t {
         return "server";
     case node_role::worker:
         return "worker";
+    case node_role::reader:
+        return "reader";
     }
     return "unknown";
 }
 
-/// "manager", "server" or "worker" (as `to_string` writes them); nothing otherwise.
+/// "manager", "server", "worker" or "reader" (as `to_string` writes them); nothing
+/// otherwise.
 [[nodiscard]] constexpr std::optional<node_role> parse_node_role(std::string_view s) noexcept {
-    for (auto r : {node_role::manager, node_role::server, node_role::worker}) {
+    for (auto r : {node_role::manager, node_role::server, node_role::worker, node_role::reader}) {
         if (s == to_string(r)) {
             return r;
         }

@@ -1,15 +1,19 @@
 // Petrel: the membership view the manager broadcasts.
 #pragma once
 
+#include <petrel/cluster/detail/text.hpp>
 #include <petrel/cluster/node.hpp>
 #include <petrel/cluster/ring.hpp>
+#include <petrel/cluster/scheduler.hpp>
 
 #include <cereal/archives/binary.hpp>
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace petrel {
@@ -43,10 +47,14 @@ struct node_info {
     std::string address;
     /// The rank of the process hosting it.
     std::uint32_t rank = 0;
-    /// Its position among the nodes of its role: server 0..S-1, worker 0..W-1.
+    /// Its position among the nodes of its role: server 0..S-1, worker 0..W-1 (a worker
+    /// that joined a running job takes the next number), reader 0, 1, ... in join order.
     std::uint32_t index = 0;
     /// Why it failed, when `state == node_state::failed`.
     std::string failure;
+    /// Its worker group: `training_group` for workers, the read-only group's name for
+    /// readers, empty for the manager and servers.
+    std::string group{};
 
     friend bool operator==(const node_info&, const node_info&) = default;
 
@@ -60,6 +68,9 @@ struct node_info {
         s += "rank " + std::to_string(rank);
         if (!address.empty()) {
             s += ", " + address;
+        }
+        if (role == node_role::reader) {
+            s += ", group " + group;
         }
         return s + ")";
     }
@@ -94,6 +105,8 @@ struct membership_view {
     std::vector<node_info> nodes;
     /// Key placement over the servers.
     petrel::ring ring;
+    /// The scheduler's data assignments.
+    work_schedule schedule;
 
     friend bool operator==(const membership_view&, const membership_view&) = default;
 
@@ -121,11 +134,34 @@ struct membership_view {
                           [&](const node_info& n) { return n.role == r && n.state == s; }));
     }
 
-    /// The failed nodes, described, one per line; empty when none failed.
+    /// The live members of worker group `g` (`training_group` or a reader group), in id
+    /// order.
+    [[nodiscard]] std::vector<node_id> live_group(std::string_view g) const {
+        std::vector<node_id> out;
+        for (const auto& n : nodes) {
+            if (n.state == node_state::alive &&
+                (n.role == node_role::worker || n.role == node_role::reader) && n.group == g) {
+                out.push_back(n.id);
+            }
+        }
+        return out;
+    }
+
+    /// The share of node `id` in data set `name`; nothing when no such data set exists.
+    [[nodiscard]] std::optional<data_share> share(std::string_view name, node_id id) const {
+        const auto* d = schedule.find(name);
+        if (!d) {
+            return std::nullopt;
+        }
+        return d->share_of(id, version);
+    }
+
+    /// The failed servers and workers, described, one per line; empty when none failed.
+    /// Readers are left out: a reader that dies fails nothing but itself.
     [[nodiscard]] std::string failures() const {
         std::string s;
         for (const auto& n : nodes) {
-            if (n.state == node_state::failed) {
+            if (n.state == node_state::failed && n.role != node_role::reader) {
                 s += n.describe() + " failed: " + n.failure + "\n";
             }
         }
@@ -133,37 +169,12 @@ struct membership_view {
     }
 };
 
-namespace detail {
-
-/// Limits a view decoder enforces before it allocates.
-inline constexpr std::uint32_t max_view_nodes = 1u << 16;
-inline constexpr std::uint32_t max_text_bytes = 4096;
-
-template <class Archive>
-void save_text(Archive& ar, const std::string& s) {
-    const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(s.size(), max_text_bytes));
-    ar(n);
-    ar(cereal::binary_data(s.data(), n));
-}
-
-template <class Archive>
-void load_text(Archive& ar, std::string& s) {
-    std::uint32_t n = 0;
-    ar(n);
-    if (n > max_text_bytes) {
-        throw std::length_error("text field too long");
-    }
-    s.resize(n);
-    ar(cereal::binary_data(s.data(), n));
-}
-
-} // namespace detail
-
 template <class Archive>
 void save(Archive& ar, const node_info& n) {
     ar(n.id, n.role, n.state, n.rank, n.index);
     detail::save_text(ar, n.address);
     detail::save_text(ar, n.failure);
+    detail::save_text(ar, n.group);
 }
 
 template <class Archive>
@@ -171,7 +182,8 @@ void load(Archive& ar, node_info& n) {
     ar(n.id, n.role, n.state, n.rank, n.index);
     detail::load_text(ar, n.address);
     detail::load_text(ar, n.failure);
-    if (n.role < node_role::manager || n.role > node_role::worker || n.state < node_state::alive ||
+    detail::load_text(ar, n.group);
+    if (n.role < node_role::manager || n.role > node_role::reader || n.state < node_state::alive ||
         n.state > node_state::failed) {
         throw std::domain_error("unknown node role or state");
     }
@@ -190,6 +202,7 @@ void save(Archive& ar, const membership_view& v) {
     const auto& owners = v.ring.owner_table();
     ar(static_cast<std::uint32_t>(owners.size()));
     ar(cereal::binary_data(owners.data(), owners.size() * sizeof(node_id)));
+    ar(v.schedule);
 }
 
 /// Checks every count against a limit before allocating; throws on bad input.
@@ -216,14 +229,15 @@ void load(Archive& ar, membership_view& v) {
     ar(owners);
     if (owners == 0) {
         v.ring = ring{};
-        return;
+    } else {
+        if (owners > (std::uint32_t{1} << 22)) { // 16 MiB: the most a control body holds
+            throw std::length_error("too many ring owners in a view");
+        }
+        std::vector<node_id> table(owners);
+        ar(cereal::binary_data(table.data(), table.size() * sizeof(node_id)));
+        v.ring = ring(o, std::move(table)); // checks options and sizes
     }
-    if (owners > (std::uint32_t{1} << 22)) { // 16 MiB: the most a control body holds
-        throw std::length_error("too many ring owners in a view");
-    }
-    std::vector<node_id> table(owners);
-    ar(cereal::binary_data(table.data(), table.size() * sizeof(node_id)));
-    v.ring = ring(o, std::move(table)); // checks options and sizes
+    ar(v.schedule);
 }
 
 } // namespace petrel

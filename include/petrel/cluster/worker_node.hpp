@@ -3,6 +3,7 @@
 
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/node.hpp>
+#include <petrel/cluster/scheduler.hpp>
 #include <petrel/cluster/view.hpp>
 #include <petrel/consistency/worker_clock.hpp>
 #include <petrel/core/key.hpp>
@@ -15,15 +16,24 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace petrel {
 
-/// A worker that has joined its job: its id and rank, the job's view, barriers, and
-/// what a `kv_store` needs to reach the servers (`petrel::kv_store<K, V> kv(worker)`).
-/// `petrel::run` hands one to the training function of each worker it hosts.
+/// A worker that has joined its job: its id and rank, the job's view, barriers, the
+/// scheduler's work for it, and what a `kv_store` needs to reach the servers
+/// (`petrel::kv_store<K, V> kv(worker)`). `petrel::run` hands one to the training
+/// function of each worker it hosts.
+///
+/// A reader (a worker of a read-only group, attached to a running job with
+/// `petrel::attachment`) is a `worker_node` too: its stores pull the newest completed
+/// clock without waiting and refuse to push (`errc::read_only`), and it takes part in
+/// no clock, so the training group never waits for it.
 ///
 /// @par Example
 /// @code
@@ -45,10 +55,12 @@ public:
           request_timeout_(request_timeout) {
         const auto v = member_ ? member_->view() : nullptr;
         const auto* self = v ? v->find(member_->id()) : nullptr;
-        if (!self || self->role != node_role::worker) {
+        if (!self || (self->role != node_role::worker && self->role != node_role::reader)) {
             throw std::invalid_argument("petrel::worker_node: the member has not joined as a "
-                                        "worker");
+                                        "worker or a reader");
         }
+        read_only_ = self->role == node_role::reader;
+        group_ = self->group;
         rank_ = self->index;
         workers_ = static_cast<std::uint32_t>(v->of_role(node_role::worker).size());
         servers_ = static_cast<std::uint32_t>(v->of_role(node_role::server).size());
@@ -56,10 +68,51 @@ public:
 
     /// This node's id in the job.
     [[nodiscard]] node_id id() const { return member_->id(); }
-    /// Its position among the workers: 0 .. workers() - 1.
+    /// Its position among the workers: 0 .. workers() - 1 (among the readers, in attach
+    /// order, for a reader).
     [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
     [[nodiscard]] std::uint32_t workers() const noexcept { return workers_; }
     [[nodiscard]] std::uint32_t servers() const noexcept { return servers_; }
+
+    /// True for a reader: its stores only pull.
+    [[nodiscard]] bool read_only() const noexcept { return read_only_; }
+    /// Its worker group: `training_group`, or a reader's read-only group.
+    [[nodiscard]] const std::string& worker_group() const noexcept { return group_; }
+
+    /// Defines data set `d` with the scheduler (every worker of the group may call it with
+    /// the same definition) and completes with this worker's share; see
+    /// `member::async_assign`. Signature `void(std::error_code, data_share)`.
+    ///
+    /// @par Example
+    /// @code
+    /// auto share = w.assign({.name = "train", .examples = 60000}, asio::use_future).get();
+    /// for (const auto& r : share.ranges) { /* examples [r.begin, r.end) */ }
+    /// // after workers joined or left, the newest view has a new share:
+    /// if (auto now = w.share("train"); now && now->version > share.version) { /* ... */ }
+    /// @endcode
+    template <typename CompletionToken>
+    auto assign(data_set d, CompletionToken&& token) {
+        if (d.group == training_group && read_only_) {
+            d.group = group_; // a reader's data sets are its own group's by default
+        }
+        return member_->async_assign(std::move(d), std::forward<CompletionToken>(token));
+    }
+
+    /// This worker's share of data set `name` under the newest view (it changes when the
+    /// group's workers change); nothing when the data set is not defined.
+    [[nodiscard]] std::optional<data_share> share(std::string_view name) const {
+        return member_->share(name);
+    }
+
+    /// Waits for the next round of block schedule `s`; see `member::async_round`.
+    /// Signature `void(std::error_code, round_assignment)`.
+    template <typename CompletionToken>
+    auto next_round(block_schedule s, CompletionToken&& token) {
+        if (s.group == training_group && read_only_) {
+            s.group = group_;
+        }
+        return member_->async_round(std::move(s), std::forward<CompletionToken>(token));
+    }
 
     /// The newest membership view.
     [[nodiscard]] std::shared_ptr<const membership_view> view() const { return member_->view(); }
@@ -99,6 +152,9 @@ public:
     /// `petrel::run` calls it when the training function returns. Blocks: do not call it
     /// from the transport's executor. Returns the first error.
     std::error_code finish(std::chrono::milliseconds timeout) {
+        if (read_only_) {
+            return {}; // a reader is in no clock
+        }
         const auto v = view();
         std::vector<std::shared_ptr<detail::request_link>> links;
         std::vector<std::future<std::error_code>> answers;
@@ -139,6 +195,8 @@ private:
     std::chrono::milliseconds request_timeout_;
     std::string restored_from_;
     std::uint32_t rank_ = 0;
+    bool read_only_ = false;
+    std::string group_;
     std::uint32_t workers_ = 0;
     std::uint32_t servers_ = 0;
     std::mutex clocks_mutex_;

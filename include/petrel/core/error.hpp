@@ -53,10 +53,12 @@ enum class errc : int {
     // Traffic reduction.
     malformed_payload,
     key_cache_miss,
+    // Worker groups.
+    read_only,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::key_cache_miss;
+inline constexpr errc last_errc = errc::read_only;
 
 namespace detail {
 
@@ -154,6 +156,9 @@ public:
         case errc::key_cache_miss:
             return "the receiver does not hold the key list the request refers to (a new "
                    "connection, or evicted from its key cache); the sender sends the keys again";
+        case errc::read_only:
+            return "a reader (a worker of a read-only group) cannot push, tick a clock or leave "
+                   "one: it only pulls";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

@@ -368,7 +368,10 @@ struct config_parse_roles {
         while (true) {
             const auto comma = left.find(',');
             const std::string_view item = left.substr(0, comma);
-            const auto role = parse_node_role(item);
+            auto role = parse_node_role(item);
+            if (role == node_role::reader) {
+                role.reset(); // readers attach to running jobs (petrel::attachment)
+            }
             if (!role) {
                 config_fail(origin, text,
                             (item.empty() ? std::string("an empty role")
@@ -511,7 +514,7 @@ inline void config_check_roles(const config_value<std::vector<node_role>>& v) {
                        "worker)");
     }
     for (std::size_t i = 0; i < v.value.size(); ++i) {
-        if (!parse_node_role(to_string(v.value[i]))) {
+        if (!parse_node_role(to_string(v.value[i])) || v.value[i] == node_role::reader) {
             config_fail(v, "not a role (expected manager, server or worker)");
         }
         for (std::size_t j = 0; j < i; ++j) {
@@ -541,6 +544,8 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         case node_role::worker:
             s.workers_here = 1;
             break;
+        case node_role::reader:
+            break; // refused when the roles were read
         }
     };
 

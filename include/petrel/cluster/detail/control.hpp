@@ -30,7 +30,28 @@ enum class control_op : std::uint8_t {
     view = 3,      ///< manager → node, unsolicited: a new membership view
     barrier = 4,   ///< node → manager: arrived; answered when the group has arrived
     leave = 5,     ///< node → manager: done; answered once recorded
+    assign = 6,    ///< worker → manager: define a data set; answered with the new view
+    round = 7,     ///< worker → manager: ready for the next round of a block schedule
 };
+
+template <class Archive, typename T>
+void save_optional(Archive& ar, const std::optional<T>& v) {
+    const bool has = v.has_value();
+    ar(has);
+    if (has) {
+        ar(*v);
+    }
+}
+
+template <class Archive, typename T>
+void load_optional(Archive& ar, std::optional<T>& v) {
+    bool has = false;
+    ar(has);
+    if (has) {
+        v.emplace();
+        ar(*v);
+    }
+}
 
 /// The body of a control message or reply; which fields matter depends on `op`.
 struct control_body {
@@ -41,6 +62,7 @@ struct control_body {
     std::uint32_t rank = 0;
     std::uint32_t local = 0;
     std::string address;
+    std::string worker_group; ///< join: the worker group (readers: their read-only group)
     // barrier
     group barrier_group = group::all;
     // replies and view pushes
@@ -48,6 +70,10 @@ struct control_body {
     std::uint64_t version = 0;
     std::string text; ///< on failed replies: what went wrong, for the node's log
     std::optional<membership_view> view;
+    // the scheduler
+    std::optional<data_set> data;          ///< assign
+    std::optional<block_schedule> blocks;  ///< round
+    std::optional<round_assignment> round; ///< round replies
 
     template <class Archive>
     void save(Archive& ar) const {
@@ -55,11 +81,11 @@ struct control_body {
         save_text(ar, job_id);
         save_text(ar, address);
         save_text(ar, text);
-        const bool has_view = view.has_value();
-        ar(has_view);
-        if (has_view) {
-            ar(*view);
-        }
+        save_text(ar, worker_group);
+        save_optional(ar, view);
+        save_optional(ar, data);
+        save_optional(ar, blocks);
+        save_optional(ar, round);
     }
 
     template <class Archive>
@@ -68,14 +94,13 @@ struct control_body {
         load_text(ar, job_id);
         load_text(ar, address);
         load_text(ar, text);
-        bool has_view = false;
-        ar(has_view);
-        if (has_view) {
-            view.emplace();
-            ar(*view);
-        }
-        if (op < control_op::join || op > control_op::leave || role < node_role::manager ||
-            role > node_role::worker || barrier_group < group::all ||
+        load_text(ar, worker_group);
+        load_optional(ar, view);
+        load_optional(ar, data);
+        load_optional(ar, blocks);
+        load_optional(ar, round);
+        if (op < control_op::join || op > control_op::round || role < node_role::manager ||
+            role > node_role::reader || barrier_group < group::all ||
             barrier_group > group::workers) {
             throw std::domain_error("unknown control operation, role or group");
         }

@@ -1,0 +1,317 @@
+#include <petrel/launch/attachment.hpp>
+
+#include "support/cluster.hpp"
+#include "support/events.hpp"
+#include "support/process.hpp"
+
+#include <petrel/cluster/manager_node.hpp>
+#include <petrel/kv_store.hpp>
+#include <petrel/launch/run.hpp>
+#include <petrel/server/server_node.hpp>
+
+#include <asio/use_future.hpp>
+#include <catch2/catch.hpp>
+#include <xtensor/xbuilder.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using petrel::test::code_of;
+using petrel::test::io_threads;
+using petrel::test::log_capture;
+
+namespace {
+
+constexpr std::uint64_t n_keys = 512;
+constexpr int clocks = 60;
+
+/// A job of two servers and two training workers on loopback, formed.
+struct training_job {
+    training_job()
+        : manager(petrel::tcp_transport(io.executor(), quiet()),
+                  {.job_id = "live",
+                   .servers = 2,
+                   .workers = 2,
+                   .ring = {.partitions = 16, .stripe_keys = 8},
+                   .heartbeat_timeout = 2000ms,
+                   .startup_timeout = 10000ms}),
+          root(manager.listen("127.0.0.1:0")) {
+        for (int i = 0; i < 2; ++i) {
+            servers.push_back(
+                std::make_unique<petrel::server_node>(petrel::tcp_transport(io.executor(), quiet()),
+                                                      petrel::server_options{.workers = 2}));
+            const auto address = servers.back()->listen("127.0.0.1:0");
+            members.push_back(member_of(petrel::node_role::server, i, address));
+        }
+        for (int i = 0; i < 2; ++i) {
+            members.push_back(member_of(petrel::node_role::worker, 2 + i, {}));
+        }
+        std::vector<std::future<void>> joins;
+        for (auto& m : members) {
+            joins.push_back(m->async_join(asio::use_future));
+        }
+        for (auto& f : joins) {
+            REQUIRE_FALSE(code_of(f));
+        }
+        for (int i = 0; i < 2; ++i) {
+            workers.push_back(std::make_unique<petrel::worker_node>(
+                petrel::tcp_transport(io.executor(), quiet()), members[2 + i], 30s));
+        }
+    }
+
+    ~training_job() {
+        workers.clear();
+        for (auto& m : members) {
+            m->close();
+        }
+        for (auto& s : servers) {
+            s->close();
+        }
+        manager.close();
+    }
+
+    petrel::transport_options quiet() {
+        petrel::transport_options o;
+        o.log = logs.logger();
+        return o;
+    }
+
+    std::shared_ptr<petrel::member> member_of(petrel::node_role role, int rank,
+                                              std::string address) {
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = "live";
+        o.role = role;
+        o.rank = static_cast<std::uint32_t>(rank);
+        o.address = std::move(address);
+        o.heartbeat_interval = 50ms;
+        o.heartbeat_timeout = 2000ms;
+        return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), quiet()), o);
+    }
+
+    petrel::attach_options reader_options(std::string group = "serve") {
+        return {.root = root,
+                .job_id = "live",
+                .group = std::move(group),
+                .heartbeat_interval = 50ms,
+                .heartbeat_timeout = 2000ms,
+                .startup_timeout = 5000ms};
+    }
+
+    log_capture logs;
+    io_threads io{2};
+    petrel::manager_node manager;
+    std::string root;
+    std::vector<std::unique_ptr<petrel::server_node>> servers;
+    std::vector<std::shared_ptr<petrel::member>> members;
+    std::vector<std::unique_ptr<petrel::worker_node>> workers;
+};
+
+using store = petrel::kv_store<std::uint64_t, float, petrel::sequential>;
+const petrel::key_range<std::uint64_t> all_keys{0, n_keys};
+
+/// Every worker adds 1 to every key once per clock.
+void train(petrel::worker_node& w, std::atomic<int>& progress) {
+    store kv(w);
+    const xt::xtensor<float, 1> ones = xt::ones<float>({n_keys});
+    for (int t = 0; t < clocks; ++t) {
+        kv.push(all_keys, ones, asio::use_future).get();
+        kv.clock(asio::use_future).get();
+        progress.fetch_add(1);
+        std::this_thread::sleep_for(2ms);
+    }
+}
+
+} // namespace
+
+TEST_CASE("attachment: a reader pulls the newest completed clock while training runs, and "
+          "never holds it back",
+          "[scheduler]") {
+    training_job job;
+    std::atomic<int> progress{0};
+    std::thread t0([&] { train(*job.workers[0], progress); });
+    std::thread t1([&] { train(*job.workers[1], progress); });
+    while (progress.load() < 10) {
+        std::this_thread::sleep_for(1ms);
+    }
+
+    int pulls = 0;
+    std::uint64_t last_min = 0;
+    std::uint64_t mismatches = 0;
+    {
+        petrel::attachment reader(job.reader_options(), job.logs.logger());
+        CHECK(reader.node().read_only());
+        CHECK(reader.node().worker_group() == "serve");
+        store kv(reader.node());
+        // Readers only pull.
+        auto push =
+            kv.push(all_keys, xt::xtensor<float, 1>(xt::ones<float>({n_keys})), asio::use_future);
+        CHECK(code_of(push) == petrel::errc::read_only);
+        auto tick = kv.clock(asio::use_future);
+        CHECK(code_of(tick) == petrel::errc::read_only);
+
+        // The keys of each server: a pull of one server's keys carries that server's
+        // clocks only, so each row can be checked against them.
+        std::vector<std::vector<std::uint64_t>> by_server(2);
+        const auto view = kv.view();
+        for (std::uint64_t k = 0; k < n_keys; ++k) {
+            by_server[view->ring.owner(k) == job.members[0]->id() ? 0 : 1].push_back(k);
+        }
+        REQUIRE_FALSE(by_server[0].empty());
+        REQUIRE_FALSE(by_server[1].empty());
+        while (progress.load() < clocks && pulls < 1000) {
+            for (const auto& keys : by_server) {
+                const auto p = kv.pull(keys, asio::use_future).get();
+                REQUIRE(p.size() == keys.size());
+                // Each row is a whole completed clock: both workers' pushes of every clock
+                // below it, nothing of the clock after.
+                const auto c = p.min_clock();
+                REQUIRE(c <= static_cast<std::uint64_t>(clocks));
+                for (float x : p.value_span()) {
+                    mismatches += x == 2.0f * static_cast<float>(c) ? 0 : 1;
+                }
+            }
+            const auto p = kv.pull(all_keys, asio::use_future).get();
+            REQUIRE(p.size() == n_keys);
+            CHECK(p.min_clock() >= last_min); // clocks only move forward
+            last_min = p.min_clock();
+            ++pulls;
+            if (progress.load() > clocks) {
+                break; // detach in the middle of training
+            }
+        }
+        CHECK(job.manager.view()->live_group("serve").size() == 1);
+    } // detaches
+    t0.join();
+    t1.join();
+    CHECK(mismatches == 0);
+    CHECK(pulls > 1);
+    CHECK(last_min > 0);
+    CHECK(job.manager.view()->live_group("serve").empty());
+    CHECK(job.manager.view()->failures().empty());
+
+    // A reader attached after training ends sees the last clock, exactly.
+    petrel::attachment late(job.reader_options("audit"), job.logs.logger());
+    store kv(late.node());
+    const auto p = kv.pull(all_keys, asio::use_future).get();
+    CHECK(p.min_clock() == static_cast<std::uint64_t>(clocks));
+    const auto v = p.value_span();
+    CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == 2.0f * clocks; }));
+}
+
+TEST_CASE("attachment: attaching to no job, or to the wrong one, is a clear error", "[scheduler]") {
+    training_job job;
+    auto wrong = job.reader_options();
+    wrong.job_id = "other";
+    try {
+        petrel::attachment a(wrong, job.logs.logger());
+        FAIL("attached to another job");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::job_mismatch);
+        CHECK(std::string(e.what()).find("live") != std::string::npos);
+    }
+    auto training = job.reader_options(std::string(petrel::training_group));
+    CHECK_THROWS_AS(petrel::attachment(training, job.logs.logger()), std::invalid_argument);
+
+    // Nobody listens at this address.
+    asio::io_context io;
+    asio::ip::tcp::acceptor closed(io, {asio::ip::make_address("127.0.0.1"), 0});
+    auto nobody = job.reader_options();
+    nobody.root = "127.0.0.1:" + std::to_string(closed.local_endpoint().port());
+    closed.close();
+    nobody.startup_timeout = 300ms;
+    try {
+        petrel::attachment a(nobody, job.logs.logger());
+        FAIL("attached to nothing");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::manager_unreachable);
+    }
+}
+
+// The job a reader process attaches to (below). Without a launcher, the whole job in this
+// process; under the PETREL_* launcher, each process its share. Two workers add 1 to
+// every key once per clock, for about five seconds.
+TEST_CASE("attachment: a job that readers attach to", "[scheduler][spmd_readable]") {
+    petrel::config cfg;
+    cfg.servers = 2;
+    cfg.workers = 2;
+    cfg.heartbeat_interval = 100ms;
+    cfg.heartbeat_timeout = 1000ms;
+    cfg.startup_timeout = 60000ms;
+    const int status = petrel::run(cfg, [](petrel::worker_node& w) {
+        store kv(w);
+        const xt::xtensor<float, 1> ones = xt::ones<float>({n_keys});
+        for (int t = 0; t < 500; ++t) {
+            kv.push(all_keys, ones, asio::use_future).get();
+            kv.clock();
+            std::this_thread::sleep_for(10ms);
+        }
+        // The last clock is complete before anyone leaves.
+        kv.clock(asio::use_future).get();
+        w.barrier(petrel::group::workers, asio::use_future).get();
+        const auto p = kv.pull(all_keys, asio::use_future).get();
+        const auto v = p.value_span();
+        CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == 2.0f * 500; }));
+    });
+    CHECK(status == petrel::run_ok);
+}
+
+TEST_CASE("attachment: a reader process attaches to a job of four processes by its root "
+          "address, and detaches without disturbing it",
+          "[scheduler][process]") {
+    const auto port = petrel::test::free_port();
+    auto procs = petrel::test::start_job("[spmd_readable]", 4, {}, {}, port);
+    std::uint64_t last = 0;
+    std::uint64_t mismatches = 0;
+    int pulls = 0;
+    {
+        petrel::attachment reader({.root = "127.0.0.1:" + std::to_string(port),
+                                   .job_id = "test-" + std::to_string(::getpid()),
+                                   .group = "evaluation",
+                                   .heartbeat_interval = 100ms,
+                                   .heartbeat_timeout = 1000ms,
+                                   .startup_timeout = 30000ms},
+                                  nullptr);
+        store kv(reader.node());
+        const auto view = kv.view();
+        const auto servers = view->of_role(petrel::node_role::server);
+        REQUIRE(servers.size() == 2);
+        std::vector<std::vector<std::uint64_t>> by_server(2);
+        for (std::uint64_t k = 0; k < n_keys; ++k) {
+            by_server[view->ring.owner(k) == servers[0]->id ? 0 : 1].push_back(k);
+        }
+        for (; pulls < 40; ++pulls) {
+            std::uint64_t low = std::numeric_limits<std::uint64_t>::max();
+            for (const auto& keys : by_server) {
+                const auto p = kv.pull(keys, asio::use_future).get();
+                REQUIRE(p.size() == keys.size());
+                const auto c = p.min_clock();
+                for (float x : p.value_span()) {
+                    mismatches += x == 2.0f * static_cast<float>(c) ? 0 : 1;
+                }
+                low = std::min(low, c);
+            }
+            CHECK(low >= last); // clocks only move forward
+            last = low;
+            std::this_thread::sleep_for(20ms);
+        }
+    } // detaches while the job trains on
+    CHECK(mismatches == 0);
+    CHECK(last > 0);
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(120s));
+        INFO(p->output());
+        CHECK(p->exit_code() == 0);
+    }
+}
