@@ -145,6 +145,10 @@ TEST_CASE("scheduler: bad data set definitions are named", "[scheduler]") {
     CHECK_FALSE(
         petrel::block_schedule{.name = "b", .begin = 0, .end = 3, .blocks = 4}.check().empty());
     CHECK(petrel::block_schedule{.name = "b", .begin = 0, .end = 4, .blocks = 4}.check().empty());
+    petrel::data_set huge{.name = "h",
+                          .files = std::vector<petrel::data_file>(4096, {"p", 1 << 20}),
+                          .chunks = 60000};
+    CHECK(huge.check().find("chunks times files") != std::string::npos);
 }
 
 TEST_CASE("scheduler: rebalancing moves only what it must", "[scheduler]") {

@@ -97,6 +97,10 @@ struct data_set {
         if (chunks > max_chunks) {
             return "data set '" + name + "': at most " + std::to_string(max_chunks) + " chunks";
         }
+        if (std::uint64_t{chunk_count()} * std::max<std::size_t>(files.size(), 1) > max_work) {
+            return "data set '" + name + "': chunks times files exceeds " +
+                   std::to_string(max_work) + " (fewer chunks or files)";
+        }
         return {};
     }
 
@@ -118,6 +122,8 @@ struct data_set {
 
     static constexpr std::uint32_t max_files = 4096;
     static constexpr std::uint32_t max_chunks = 1u << 16;
+    /// Chunks times files: bounds the work of computing shares from untrusted input.
+    static constexpr std::uint64_t max_work = std::uint64_t{1} << 20;
 };
 
 /// A contiguous part of a data set: examples `[begin, end)` (`path` empty), or the bytes
