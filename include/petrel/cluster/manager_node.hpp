@@ -574,13 +574,22 @@ private:
                 if (d.set.group != g) {
                     continue;
                 }
+                // One pass over the chunks (not a share per member): examples or records
+                // and chunks held by each owner.
+                std::map<node_id, std::pair<std::uint64_t, std::uint32_t>> held;
+                for (std::uint32_t c = 0; c < d.owners.size(); ++c) {
+                    const auto [b, e] = d.set.chunk(c);
+                    auto& h = held[d.owners[c]];
+                    h.first += e - b;
+                    ++h.second;
+                }
                 std::string text =
                     "data set '" + d.set.name + "' (view " + std::to_string(view->version) + "):";
-                for (auto id : view->live_group(g)) {
-                    const auto s = d.share_of(id, view->version);
-                    text += " node " + std::to_string(id) + " " + std::to_string(s.units) +
+                for (const auto& [id, h] : held) {
+                    text += " node " + (id == no_node ? std::string("none") : std::to_string(id)) +
+                            " " + std::to_string(h.first) +
                             (d.set.files.empty() ? " examples" : " records") + " in " +
-                            std::to_string(s.ranges.size()) + " ranges;";
+                            std::to_string(h.second) + " chunks;";
                 }
                 report(log_level::info, text);
             }
