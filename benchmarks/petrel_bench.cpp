@@ -5,6 +5,7 @@
 //   petrel_bench --case NAME     the cases whose name contains NAME (repeatable)
 //   petrel_bench --quick         few iterations (a smoke run)
 //   petrel_bench --list          case names
+//   (petrel_bench --recovery-server ROOT: a server process the recovery case kills)
 #include <petrel/petrel.hpp>
 
 #include "bench_stats.hpp"
@@ -18,7 +19,11 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include <signal.h>
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -709,6 +714,16 @@ void small_requests_case(const settings& st, std::size_t in_flight) {
     line.print();
 }
 
+/// The raw baseline's push+pull median for one worker's iteration of 64 Ki keys (4 Ki
+/// with --quick) of 16 floats: keys and values out, values back.
+double raw_median_for_rows(const settings& st) {
+    const std::size_t keys = st.quick ? 4096 : 65536;
+    const std::size_t payload = keys * (sizeof(std::uint64_t) + 16 * sizeof(float));
+    auto b = budget_for(payload, st.quick);
+    return petrel_bench::raw::push_pull(payload, b.min_iterations, b.min_seconds, b.max_iterations)
+        .median();
+}
+
 /// Total push+pull throughput of `n` servers and `n` workers in this process (one job
 /// through petrel::run): each worker pushes and pulls 64 Ki random keys with 16 floats each
 /// (4 MiB of values) per iteration.
@@ -803,17 +818,320 @@ void efficiency_cases(const settings& st, const std::function<bool(const std::st
     if (!scaling) {
         return;
     }
-    // One worker's push+pull per iteration: keys and values out, values back.
-    const std::size_t keys = st.quick ? 4096 : 65536;
-    const std::size_t payload = keys * (sizeof(std::uint64_t) + 16 * sizeof(float));
-    auto b = budget_for(payload, st.quick);
-    const double raw =
-        petrel_bench::raw::push_pull(payload, b.min_iterations, b.min_seconds, b.max_iterations)
-            .median();
+    const double raw = raw_median_for_rows(st);
     double base = 0;
     for (std::size_t n : {1, 2, 4}) {
         if (wanted("scaling_" + std::to_string(n))) {
             scaling_case(st, n, base, raw);
+        }
+    }
+}
+
+// ---- fault tolerance ----------------------------------------------------------------
+
+/// Push cost of replication: 3 servers in this process, one worker pushing 64 Ki keys of
+/// 16 floats (4 MiB) under `eventual` (acknowledged once the chain applied it) and under
+/// `sequential` (push and clock; the replicas get each clock's changed rows), with k
+/// copies besides each primary.
+void replication_case(const settings& st, std::uint32_t k, double& k0_eventual,
+                      double& k0_sequential, double raw_median) {
+    constexpr std::size_t servers = 3;
+    const std::size_t keys = st.quick ? 4096 : 65536;
+    constexpr std::size_t width = 16;
+    std::vector<std::unique_ptr<io_thread>> server_io;
+    std::vector<std::unique_ptr<petrel::server_node>> nodes;
+    petrel::kv_store_options<std::uint64_t> o;
+    o.ring.replicas = k;
+    o.width = width;
+    for (std::size_t i = 0; i < servers; ++i) {
+        server_io.push_back(std::make_unique<io_thread>());
+        nodes.push_back(std::make_unique<petrel::server_node>(
+            petrel::tcp_transport(server_io.back()->executor()),
+            petrel::server_options{.node_id = static_cast<std::uint32_t>(i + 1)}));
+        o.servers.push_back(nodes.back()->listen("127.0.0.1:0"));
+    }
+    io_thread worker_io;
+    std::vector<std::uint64_t> key_list(keys);
+    std::iota(key_list.begin(), key_list.end(), std::uint64_t{0});
+    const xt::xtensor<float, 2> grad = xt::ones<float>({keys, width});
+    auto b = budget_for(keys * width * sizeof(float), st.quick);
+    samples eventual;
+    samples sequential;
+    {
+        o.table_id = 1;
+        petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+            petrel::tcp_transport(worker_io.executor()), o);
+        for (auto& n : nodes) {
+            n->replicate(petrel::replication_plan_of(*kv.view()));
+        }
+        for (int i = 0; i < 5; ++i) {
+            kv.push(key_list, grad, asio::use_future).get();
+        }
+        eventual = petrel_bench::run_timed([&] { kv.push(key_list, grad, asio::use_future).get(); },
+                                           b.min_iterations, b.min_seconds, b.max_iterations, 0);
+    }
+    {
+        o.table_id = 2;
+        petrel::kv_store<std::uint64_t, float, petrel::sequential> kv(
+            petrel::tcp_transport(worker_io.executor()), o);
+        auto once = [&] {
+            kv.push(key_list, grad, asio::use_future).get();
+            kv.clock(asio::use_future).get(); // the clock completes: its rows go to the chain
+        };
+        for (int i = 0; i < 5; ++i) {
+            once();
+        }
+        sequential =
+            petrel_bench::run_timed(once, b.min_iterations, b.min_seconds, b.max_iterations, 0);
+    }
+    if (k == 0) {
+        k0_eventual = eventual.median();
+        k0_sequential = sequential.median();
+    }
+    petrel_bench::json_line line;
+    line.add("case", "replication_k" + std::to_string(k))
+        .add("replicas", static_cast<std::size_t>(k))
+        .add("servers", servers)
+        .add("bytes", keys * width * sizeof(float))
+        .add("median_us", eventual.median())
+        .add("p99_us", eventual.p99())
+        .add("ratio_to_k0", k0_eventual > 0 ? eventual.median() / k0_eventual : 1.0)
+        .add("ratio_to_raw", raw_median > 0 ? eventual.median() / raw_median : 1.0)
+        .add("sequential_median_us", sequential.median())
+        .add("sequential_ratio_to_k0",
+             k0_sequential > 0 ? sequential.median() / k0_sequential : 1.0)
+        .add("iterations", eventual.size());
+    line.print();
+}
+
+/// The path of this program, to start it again as a server process.
+std::string self_path() {
+    std::vector<char> buf(4096);
+    const auto n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+    if (n <= 0) {
+        throw std::runtime_error("cannot read /proc/self/exe");
+    }
+    return std::string(buf.data(), static_cast<std::size_t>(n));
+}
+
+/// The server process of the recovery case: joins the job at `root` as one server and
+/// serves until it is killed (or for at most a minute).
+int recovery_server(const std::string& root) {
+    io_thread a;
+    io_thread b;
+    petrel::transport_options quiet;
+    quiet.log = nullptr;
+    petrel::server_node server(petrel::tcp_transport(a.executor(), quiet),
+                               petrel::server_options{.workers = 2});
+    petrel::member_options o;
+    o.root = root;
+    o.job_id = "recovery";
+    o.role = petrel::node_role::server;
+    o.rank = 1;
+    o.address = server.listen("127.0.0.1:0");
+    auto m = std::make_shared<petrel::member>(petrel::tcp_transport(b.executor(), quiet), o);
+    m->async_join(asio::use_future).get();
+    server.set_node_id(m->id());
+    auto follow = [&server](const petrel::member::view_ptr& v) {
+        server.replicate(petrel::replication_plan_of(*v));
+    };
+    m->subscribe(follow);
+    follow(m->view());
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+}
+
+/// One kill: a job of 3 servers (one in a process of its own) and 2 workers training
+/// under `sequential` (push, clock, pull of 4096 keys); the server process is killed with
+/// SIGKILL and the time until every worker has completed a push and a pull issued after
+/// the kill is returned (negative when the job did not recover within 10 s).
+double recovery_trial(std::chrono::milliseconds heartbeat_timeout) {
+    io_thread io1;
+    io_thread io2;
+    petrel::transport_options quiet;
+    quiet.log = nullptr;
+    petrel::manager_node manager(petrel::tcp_transport(io1.executor(), quiet),
+                                 {.job_id = "recovery",
+                                  .servers = 3,
+                                  .workers = 2,
+                                  .ring = {.replicas = 1},
+                                  .heartbeat_timeout = heartbeat_timeout,
+                                  .startup_timeout = std::chrono::milliseconds(20000)});
+    const auto root = manager.listen("127.0.0.1:0");
+    // The server to kill, in a process of its own.
+    const std::string exe = self_path();
+    std::vector<std::string> args{exe, "--recovery-server", root};
+    std::vector<char*> argv;
+    for (auto& a : args) {
+        argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    pid_t child = 0;
+    if (::posix_spawn(&child, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+        throw std::runtime_error("cannot start the recovery server process");
+    }
+    struct reaper {
+        pid_t pid;
+        ~reaper() {
+            ::kill(pid, SIGKILL);
+            int status = 0;
+            ::waitpid(pid, &status, 0);
+        }
+    } reap{child};
+    auto member_of = [&](petrel::node_role role, std::uint32_t rank, std::string address) {
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = "recovery";
+        o.role = role;
+        o.rank = rank; // the server process is rank 1
+        o.address = std::move(address);
+        return std::make_shared<petrel::member>(petrel::tcp_transport(io1.executor(), quiet), o);
+    };
+    std::vector<std::unique_ptr<petrel::server_node>> servers;
+    std::vector<std::shared_ptr<petrel::member>> members;
+    for (int i = 0; i < 2; ++i) {
+        servers.push_back(std::make_unique<petrel::server_node>(
+            petrel::tcp_transport(io2.executor(), quiet), petrel::server_options{.workers = 2}));
+        members.push_back(member_of(petrel::node_role::server, i == 0 ? 0 : 2,
+                                    servers.back()->listen("127.0.0.1:0")));
+    }
+    for (int j = 0; j < 2; ++j) {
+        members.push_back(
+            member_of(petrel::node_role::worker, static_cast<std::uint32_t>(3 + j), {}));
+    }
+    std::vector<std::future<void>> joins;
+    for (auto& m : members) {
+        joins.push_back(m->async_join(asio::use_future));
+    }
+    for (auto& j : joins) {
+        j.get();
+    }
+    for (int i = 0; i < 2; ++i) {
+        auto* server = servers[static_cast<std::size_t>(i)].get();
+        server->set_node_id(members[static_cast<std::size_t>(i)]->id());
+        auto follow = [server](const petrel::member::view_ptr& v) {
+            for (const auto* n : v->of_role(petrel::node_role::worker)) {
+                if (n->state != petrel::node_state::alive) {
+                    server->depart_worker(n->index);
+                }
+            }
+            server->replicate(petrel::replication_plan_of(*v));
+        };
+        members[static_cast<std::size_t>(i)]->subscribe(follow);
+        follow(members[static_cast<std::size_t>(i)]->view());
+    }
+    std::atomic<bool> stop{false};
+    std::atomic<long long> killed_at{0}; // steady-clock ns; 0 before the kill
+    std::vector<std::future<double>> recovered;
+    std::atomic<int> warm{0};
+    for (int j = 0; j < 2; ++j) {
+        recovered.push_back(std::async(std::launch::async, [&, j] {
+            petrel::worker_node w(petrel::tcp_transport(io2.executor(), quiet),
+                                  members[static_cast<std::size_t>(2 + j)],
+                                  std::chrono::milliseconds(20000));
+            petrel::kv_store<std::uint64_t, float> kv(w);
+            std::vector<std::uint64_t> keys(4096);
+            std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+            const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+            int rounds = 0;
+            double took = -1;
+            while (!stop) {
+                const auto start = clock_type::now().time_since_epoch().count();
+                try {
+                    kv.push(keys, ones, asio::use_future).get();
+                    kv.clock();
+                    kv.pull(keys, asio::use_future).get();
+                } catch (const std::exception&) {
+                    return -1.0;
+                }
+                if (++rounds == 20) {
+                    ++warm;
+                }
+                const auto k = killed_at.load();
+                if (k != 0 && start >= k) {
+                    took = static_cast<double>(clock_type::now().time_since_epoch().count() - k) /
+                           1e3; // µs
+                    break;
+                }
+            }
+            w.finish(std::chrono::milliseconds(2000));
+            return took;
+        }));
+    }
+    const auto give_up = clock_type::now() + std::chrono::seconds(20);
+    while (warm < 2 && clock_type::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (warm < 2) {
+        stop = true;
+        for (auto& r : recovered) {
+            r.wait();
+        }
+        throw std::runtime_error("recovery: the job did not start training");
+    }
+    killed_at = clock_type::now().time_since_epoch().count();
+    ::kill(child, SIGKILL);
+    double worst = 0;
+    bool ok = true;
+    for (auto& r : recovered) {
+        if (r.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+            stop = true;
+            ok = false;
+        }
+        const double t = r.get();
+        ok = ok && t >= 0;
+        worst = std::max(worst, t);
+    }
+    stop = true;
+    for (auto& m : members) {
+        m->close();
+    }
+    manager.close();
+    return ok ? worst : -1;
+}
+
+void fault_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
+    bool replication = false;
+    for (std::uint32_t k : {0u, 1u, 2u}) {
+        replication = replication || wanted("replication_k" + std::to_string(k));
+    }
+    if (replication) {
+        const double raw = raw_median_for_rows(st);
+        double k0_eventual = 0;
+        double k0_sequential = 0;
+        for (std::uint32_t k : {0u, 1u, 2u}) {
+            replication_case(st, k, k0_eventual, k0_sequential, raw);
+        }
+    }
+    if (wanted("recovery")) {
+        const int kills = st.quick ? 2 : 12;
+        const auto timeout = std::chrono::milliseconds(2000); // the default heartbeat timeout
+        samples s;
+        int failed = 0;
+        for (int i = 0; i < kills; ++i) {
+            const double t = recovery_trial(timeout);
+            if (t < 0) {
+                ++failed;
+            } else {
+                s.add_us(t);
+            }
+        }
+        petrel_bench::json_line line;
+        line.add("case", "recovery")
+            .add("kills", static_cast<std::size_t>(kills))
+            .add("recovered", s.size())
+            .add("failed", static_cast<std::size_t>(failed))
+            .add("median_us", s.empty() ? -1.0 : s.median())
+            .add("p99_us", s.empty() ? -1.0 : s.p99())
+            .add("max_us", s.empty() ? -1.0 : s.max())
+            .add("heartbeat_timeout_ms", static_cast<std::size_t>(timeout.count()))
+            .add("servers", std::size_t{3})
+            .add("workers", std::size_t{2})
+            .add("replicas", std::size_t{1});
+        line.print();
+        if (failed > 0) {
+            throw std::runtime_error("recovery: " + std::to_string(failed) + " of " +
+                                     std::to_string(kills) + " kills did not recover");
         }
     }
 }
@@ -858,9 +1176,16 @@ int main(int argc, char** argv) {
                                             "small_push_1key_x64",
                                             "scaling_1",
                                             "scaling_2",
-                                            "scaling_4"};
+                                            "scaling_4",
+                                            "replication_k0",
+                                            "replication_k1",
+                                            "replication_k2",
+                                            "recovery"};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
+        if (a == "--recovery-server" && i + 1 < argc) {
+            return recovery_server(argv[i + 1]);
+        }
         if (a == "--quick") {
             st.quick = true;
         } else if (a == "--link-gbps" && i + 1 < argc) {
@@ -907,6 +1232,7 @@ int main(int argc, char** argv) {
         consistency_cases(st, wanted);
         server_cases(st, wanted);
         efficiency_cases(st, wanted);
+        fault_cases(st, wanted);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "petrel_bench: %s\n", e.what());
         return 1;

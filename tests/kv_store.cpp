@@ -2,6 +2,9 @@
 
 #include "support/cluster.hpp"
 
+#include <petrel/cluster/manager_node.hpp>
+#include <petrel/launch/run.hpp>
+
 #include <asio/co_spawn.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
@@ -13,7 +16,9 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <latch>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -732,5 +737,217 @@ TEMPLATE_TEST_CASE("kv_store: keys and values shared with the caller are sent wi
             kv.push(bad, std::make_shared<std::vector<float>>(2, 1.0f), asio::use_future).get());
         CHECK_THROWS(
             kv.pull(std::shared_ptr<const std::vector<key_t64>>{}, asio::use_future).get());
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Failover: a server dies, its replicas take over, the store sends its requests there
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+/// A job in one process (manager, servers, workers over loopback TCP) whose servers can
+/// be killed one by one: the server stops and its membership closes, as when its process
+/// dies.
+struct failover_job {
+    io_threads io{4};
+    petrel::test::log_capture logs;
+    std::unique_ptr<petrel::manager_node> manager;
+    std::vector<std::unique_ptr<petrel::server_node>> servers;
+    std::vector<std::shared_ptr<petrel::member>> members; // servers, then workers
+    std::vector<std::unique_ptr<petrel::worker_node>> workers;
+
+    failover_job(std::uint32_t n, std::uint32_t w, std::uint32_t replicas) {
+        petrel::transport_options t;
+        t.log = logs.logger();
+        manager = std::make_unique<petrel::manager_node>(
+            petrel::tcp_transport(io.executor(), t),
+            petrel::manager_options{
+                .job_id = "failover",
+                .servers = n,
+                .workers = w,
+                .ring = {.partitions = 64, .stripe_keys = 4, .replicas = replicas},
+                .heartbeat_timeout = 1000ms,
+                .startup_timeout = 20000ms});
+        const auto root = manager->listen("127.0.0.1:0");
+        auto member_of = [&](petrel::node_role role, std::uint32_t rank, std::string address) {
+            petrel::member_options o;
+            o.root = root;
+            o.job_id = "failover";
+            o.role = role;
+            o.rank = rank;
+            o.address = std::move(address);
+            o.heartbeat_interval = 100ms;
+            o.heartbeat_timeout = 1000ms;
+            return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), t), o);
+        };
+        for (std::uint32_t i = 0; i < n; ++i) {
+            servers.push_back(std::make_unique<petrel::server_node>(
+                petrel::tcp_transport(io.executor(), t),
+                petrel::server_options{.workers = w, .replication_timeout = 5s}));
+            members.push_back(
+                member_of(petrel::node_role::server, i, servers.back()->listen("127.0.0.1:0")));
+        }
+        for (std::uint32_t j = 0; j < w; ++j) {
+            members.push_back(member_of(petrel::node_role::worker, n + j, {}));
+        }
+        std::vector<std::future<void>> joins;
+        for (auto& m : members) {
+            joins.push_back(m->async_join(asio::use_future));
+        }
+        for (auto& j : joins) {
+            j.get();
+        }
+        for (std::uint32_t i = 0; i < n; ++i) {
+            auto* server = servers[i].get();
+            server->set_node_id(members[i]->id());
+            auto follow = [server](const petrel::member::view_ptr& v) {
+                server->replicate(petrel::replication_plan_of(*v));
+            };
+            members[i]->subscribe(follow);
+            follow(members[i]->view());
+        }
+        for (std::uint32_t j = 0; j < w; ++j) {
+            workers.push_back(std::make_unique<petrel::worker_node>(
+                petrel::tcp_transport(io.executor(), t), members[n + j], 20s));
+        }
+    }
+
+    /// Server `i` (0-based) dies.
+    void kill(std::size_t i) {
+        members[i]->close();
+        servers[i]->close();
+    }
+};
+
+} // namespace
+
+TEMPLATE_TEST_CASE("kv_store: training goes on through a server failure, every update once",
+                   "[fault]", petrel::sequential, petrel::eventual) {
+    failover_job job(3, 2, 1);
+    constexpr int clocks = 30;
+    std::vector<key_t64> keys(3000);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        keys[i] = i * 7;
+    }
+    std::latch halfway(2);
+    std::latch pushed(2);
+    std::vector<std::future<std::size_t>> wrong;
+    for (std::size_t j = 0; j < 2; ++j) {
+        wrong.push_back(std::async(std::launch::async, [&, j] {
+            petrel::kv_store<key_t64, float, TestType> kv(*job.workers[j]);
+            const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+            for (int c = 0; c < clocks; ++c) {
+                if (c == clocks / 2) {
+                    halfway.count_down();
+                }
+                kv.push(keys, ones, asio::use_future).get();
+                kv.clock();
+                std::this_thread::sleep_for(5ms);
+            }
+            pushed.arrive_and_wait(); // eventual: pull once every push is in
+            const auto got = kv.pull(keys, asio::use_future).get();
+            std::size_t bad = 0;
+            for (std::size_t i = 0; i < keys.size(); ++i) {
+                bad += got.values()(i) == float(2 * clocks) ? 0 : 1;
+            }
+            return bad;
+        }));
+    }
+    halfway.wait();
+    job.kill(1); // server 2: primary of a third of the keys, replica of another third
+    for (auto& f : wrong) {
+        CHECK(f.get() == 0);
+    }
+    const auto v = job.members[0]->view();
+    CHECK(v->find(job.members[1]->id())->state == petrel::node_state::failed);
+    CHECK(v->failures().empty()); // its keys live on: not a failure of the job
+    CHECK_FALSE(v->ring.holds(job.members[1]->id()));
+    CHECK_THAT(job.logs.all(), Catch::Contains("moved to their replicas"));
+}
+
+TEST_CASE("kv_store: a pull waiting on a server that dies is answered by its replica", "[fault]") {
+    failover_job job(2, 1, 1);
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(*job.workers[0]);
+    std::vector<key_t64> keys(500);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    const xt::xtensor<float, 1> twos = xt::ones<float>({keys.size()}) * 2.0f;
+    kv.push(keys, twos, asio::use_future).get();
+    job.kill(0); // server 1
+    const auto got = kv.pull(keys, asio::use_future).get();
+    REQUIRE(got.size() == keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        REQUIRE(got.values()(i) == 2.0f);
+    }
+    // Pushes go to the one server left; it keeps no replica (none is left to hold one).
+    kv.push(keys, twos, asio::use_future).get();
+    CHECK(kv.pull(keys, asio::use_future).get().values()(0) == 4.0f);
+}
+
+TEST_CASE("kv_store: pushes and pulls go on while the manager is down", "[fault]") {
+    failover_job job(2, 1, 1);
+    petrel::kv_store<key_t64, float> kv(*job.workers[0]);
+    std::vector<key_t64> keys(500);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    kv.push(keys, ones, asio::use_future).get();
+    kv.clock();
+    job.manager->close();
+    std::this_thread::sleep_for(1500ms); // past the heartbeat timeout: nobody hears it
+    for (int c = 0; c < 3; ++c) {
+        kv.push(keys, ones, asio::use_future).get();
+        kv.clock();
+    }
+    const auto got = kv.pull(keys, asio::use_future).get();
+    CHECK(got.values()(0) == 4.0f);
+    CHECK(got.values()(keys.size() - 1) == 4.0f);
+}
+
+TEST_CASE("kv_store: a server the job declared failed cannot write any more", "[fault]") {
+    failover_job job(3, 1, 1);
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(*job.workers[0]);
+    std::vector<key_t64> keys(600);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    kv.push(keys, xt::xtensor<float, 1>(xt::ones<float>({keys.size()})), asio::use_future).get();
+    // Server 2 is cut off from the manager (as by a network partition): the job declares
+    // it failed and moves its keys, but the server itself runs on with its old view.
+    const auto zombie = job.members[1]->id();
+    const auto old_view = kv.view();
+    job.members[1]->close();
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!kv.view()->find(zombie) ||
+           kv.view()->find(zombie)->state != petrel::node_state::failed) {
+        REQUIRE(std::chrono::steady_clock::now() < until);
+        std::this_thread::sleep_for(5ms);
+    }
+    // A writer that still has the old view pushes the zombie's keys to it.
+    std::vector<key_t64> its;
+    for (auto k : keys) {
+        if (old_view->ring.owner(k) == zombie) {
+            its.push_back(k);
+        }
+    }
+    REQUIRE(!its.empty());
+    petrel::kv_store_options<key_t64> o;
+    for (const auto* n : old_view->of_role(petrel::node_role::server)) {
+        o.servers.push_back(n->address);
+    }
+    o.ring = old_view->ring.options();
+    o.request_timeout = 1500ms;
+    petrel::kv_store<key_t64, float, petrel::eventual> stale(
+        petrel::tcp_transport(job.io.executor()), o);
+    REQUIRE(stale.view()->ring == old_view->ring);
+    try {
+        stale.push(its, xt::xtensor<float, 1>(xt::ones<float>({its.size()})), asio::use_future)
+            .get();
+        INFO(job.logs.all());
+        FAIL("a push through a server the job declared failed must not succeed");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::stale_view);
+    }
+    // The job's copy of those keys did not take the write.
+    const auto got = kv.pull(its, asio::use_future).get();
+    for (std::size_t i = 0; i < its.size(); ++i) {
+        REQUIRE(got.values()(i) == 1.0f);
     }
 }

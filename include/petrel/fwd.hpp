@@ -40,6 +40,7 @@ class tcp_transport;
 class inproc_transport;
 class inproc_hub;
 struct server_options;
+struct replication_plan;
 class server_node;
 class function_registry;
 class table_registry;

@@ -33,21 +33,26 @@
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/async_result.hpp>
 #include <asio/error.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xexpression.hpp>
 #include <xtensor/xutils.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -209,6 +214,7 @@ public:
         opts_.worker = worker.read_only() ? wire::no_worker : worker.rank();
         read_only_ = worker.read_only();
         opts_.request_timeout = worker.request_timeout();
+        pipe_->request_timeout = opts_.request_timeout;
         clock_ = worker.clock_of(opts_.table_id);
         if (auto v = worker.view(); !v || v->ring.empty()) {
             throw std::invalid_argument("petrel::kv_store: the worker has no view of its job");
@@ -229,6 +235,7 @@ public:
                 }
             }
             settle(a);
+            review_parked(weak); // requests dropped by a server that failed go elsewhere
         });
         settle(adopt(worker.view())); // servers failed before this store existed fail at once
     }
@@ -596,15 +603,21 @@ public:
     /// connections; later operations fail the same way. Idempotent.
     void close() {
         std::vector<std::shared_ptr<detail::request_link>> links;
+        std::vector<std::shared_ptr<resilient>> parked;
         {
             std::lock_guard lock(mutex_);
             closed_ = true;
             for (auto& [id, l] : links_) {
                 links.push_back(l);
             }
+            parked.swap(parked_);
+            retained_.clear();
         }
         for (auto& l : links) {
             l->close();
+        }
+        for (auto& r : parked) {
+            r->settle(make_error_code(errc::shut_down), wire::message{});
         }
         if (owns_transport_) {
             transport_.close(); // a worker's transport is shared by its other stores
@@ -657,13 +670,283 @@ private:
         std::vector<std::uint32_t> partition_slot;                   // partition → slot
     };
 
+    struct shared;
+
     /// What the sending path needs, also from callbacks that outlive the store: the
     /// encoding options, the pool and the traffic counters.
     struct pipeline {
         wire::compression_options compression;
         std::shared_ptr<buffer_pool> pool;
         wire::detail::traffic_counters counters;
+        std::weak_ptr<shared> owner; // the store, for requests its servers dropped
+        std::chrono::milliseconds request_timeout{0};
     };
+
+    /// A request that outlives its server: when the connection drops or the view declares
+    /// the server failed, it waits for the view to say where its keys went and is sent
+    /// there (a push marked `wire::flag_resent`; servers apply each update id once), or,
+    /// when the server is still alive after `drop_grace`, to the same server again; until
+    /// its deadline (the request timeout).
+    struct resilient {
+        node_id server = no_node;
+        wire::message message; // as built: before key caching and compression
+        detail::reply_callback on_reply;
+        std::chrono::steady_clock::time_point deadline;
+        std::chrono::steady_clock::time_point parked_at{};
+        /// 0 while in flight, then 1 when acknowledged or 2 when it failed for good.
+        std::atomic<int> outcome{0};
+        /// Why it was last dropped: what it fails with when its deadline passes.
+        std::error_code dropped_by{};
+        /// Sent to the same server again after a drop (a store without a job does so once).
+        bool retried = false;
+
+        /// Calls `on_reply` once with the outcome.
+        void settle(std::error_code ec, wire::message&& reply) {
+            auto done = std::exchange(on_reply, detail::reply_callback{});
+            outcome.store(ec ? 2 : 1);
+            if (done) {
+                done(ec, std::move(reply));
+            }
+        }
+    };
+
+    /// How long a request whose connection dropped waits for a view that says its server
+    /// failed before it is sent to that server again.
+    static constexpr std::chrono::milliseconds drop_grace{200};
+
+    /// Sends `r` to `link` (the link of `r->server`); see `resilient`.
+    static void send_resilient(const std::shared_ptr<pipeline>& pipe,
+                               const std::shared_ptr<detail::request_link>& link,
+                               const std::shared_ptr<wire::key_cache_sender>& cache,
+                               std::shared_ptr<resilient> r) {
+        send_request(
+            pipe, link, cache, r->message, [pipe, r](std::error_code ec, wire::message&& reply) {
+                // The connection dropped or could not be made (a system error), the view
+                // declared the server failed, or the server's chain moved on without it
+                // (its view is out of date).
+                const bool dropped = ec == errc::connection_closed || ec == errc::node_failed ||
+                                     ec == errc::stale_view ||
+                                     (ec && ec.category() != error_category());
+                const bool durable = Consistency::ordered && !ec &&
+                                     (reply.header.kind == wire::message_kind::push_reply ||
+                                      reply.header.kind == wire::message_kind::clock_reply);
+                if (dropped || durable) {
+                    if (auto s = pipe->owner.lock()) {
+                        std::lock_guard lock(s->mutex);
+                        if (s->owner && durable) {
+                            s->owner->forget_durable(r->server, reply.header.clock);
+                        }
+                        if (s->owner && dropped && s->owner->park(r, ec)) {
+                            return;
+                        }
+                    }
+                }
+                r->settle(ec, std::move(reply));
+            });
+    }
+
+    /// A new resilient request to `server`, due by the request timeout.
+    static std::shared_ptr<resilient> make_resilient(const pipeline& pipe, node_id server,
+                                                     wire::message m,
+                                                     detail::reply_callback on_reply) {
+        auto r = std::make_shared<resilient>();
+        r->server = server;
+        r->message = std::move(m);
+        r->on_reply = std::move(on_reply);
+        r->deadline = std::chrono::steady_clock::now() + pipe.request_timeout;
+        return r;
+    }
+
+    /// Ordered pushes are kept after their acknowledgement (a server holds them until
+    /// their clock is complete) until their server reports the clock durable, so that
+    /// they can be sent to the new owner of their keys if that server fails first.
+    void retain(const std::shared_ptr<resilient>& r) {
+        std::lock_guard lock(mutex_);
+        retained_.push_back(r);
+    }
+
+    /// Server `server` applied, here and on its replicas, every push of the clocks below
+    /// `clock`: its retained pushes of those clocks are no longer needed.
+    void forget_durable(node_id server, clock_type clock) {
+        std::lock_guard lock(mutex_);
+        std::erase_if(retained_, [&](const std::shared_ptr<resilient>& r) {
+            return r->server == server && r->message.header.clock < clock;
+        });
+    }
+
+    /// After a view change: the retained pushes of servers the view declared failed go to
+    /// the new owners of their keys (marked resent, so that a clock the new owner already
+    /// holds is not applied twice). Returns the sends, to run once no lock is held.
+    std::vector<std::function<void()>> resend_retained() {
+        std::vector<std::function<void()>> out;
+        std::lock_guard lock(mutex_);
+        const auto where = placement_;
+        if (!where || closed_) {
+            return out;
+        }
+        std::erase_if(retained_, [](const std::shared_ptr<resilient>& r) {
+            return r->outcome.load() == 2; // the push failed: its caller was told so
+        });
+        for (auto& r : retained_) {
+            const auto* n = where->view->find(r->server);
+            if (!n || n->state == node_state::alive || r->outcome.load() == 0) {
+                continue; // alive, or still in flight (it is resent when it fails)
+            }
+            const auto slot = target_of(*where, r->message);
+            if (!slot) {
+                continue; // nobody holds its keys: the job fails on them
+            }
+            auto again = std::make_shared<resilient>();
+            again->server = where->servers[*slot];
+            again->message = r->message;
+            again->message.header.flags |= wire::flag_resent;
+            again->message.header.receiver = r->server;
+            again->message.header.view = where->view->version;
+            again->deadline = std::chrono::steady_clock::now() + pipe_->request_timeout;
+            r = again;
+            out.push_back([pipe = pipe_, link = where->links[*slot], cache = where->caches[*slot],
+                           again] { send_resilient(pipe, link, cache, again); });
+        }
+        return out;
+    }
+
+    /// Keeps a dropped request until the view says where to send it (`review`); false
+    /// when it cannot wait (the store is closed, or its deadline passed).
+    bool park(const std::shared_ptr<resilient>& r, std::error_code why) {
+        const auto now = std::chrono::steady_clock::now();
+        {
+            std::lock_guard lock(mutex_);
+            if (closed_ || now >= r->deadline) {
+                return false;
+            }
+            r->parked_at = now;
+            r->dropped_by = why;
+            parked_.push_back(r);
+        }
+        std::weak_ptr<shared> weak = shared_;
+        auto ex = transport_.get_executor();
+        asio::post(ex, [weak] { review_parked(weak); }); // the view may already say
+        auto timer = std::make_shared<asio::steady_timer>(ex, drop_grace);
+        timer->async_wait([timer, weak](std::error_code) { review_parked(weak); });
+        return true;
+    }
+
+    /// Sends the parked requests whose fate the view now decides (see `review`).
+    static void review_parked(const std::weak_ptr<shared>& weak) {
+        std::vector<std::function<void()>> actions;
+        if (auto s = weak.lock()) {
+            std::lock_guard lock(s->mutex);
+            if (s->owner) {
+                actions = s->owner->review();
+                if constexpr (Consistency::ordered) {
+                    auto more = s->owner->resend_retained();
+                    actions.insert(actions.end(), more.begin(), more.end());
+                }
+            }
+        }
+        for (auto& a : actions) {
+            a();
+        }
+    }
+
+    /// The slot of the live server that now holds every key of `m`; none when its keys
+    /// lie on several servers or their server is not alive.
+    std::optional<std::size_t> target_of(const placement& where, const wire::message& m) const {
+        const auto& r = where.view->ring;
+        std::optional<std::uint32_t> slot;
+        bool one = true;
+        auto visit = [&](std::uint64_t first_stripe, std::uint64_t last_stripe) {
+            for (std::uint64_t st = first_stripe; one && st <= last_stripe; ++st) {
+                const auto sl = where.partition_slot[r.partition_of_stripe(st)];
+                one = !slot || *slot == sl;
+                slot = sl;
+            }
+        };
+        const auto keys = m.keys().template as<Key>();
+        if ((m.header.flags & wire::flag_key_runs) != 0) {
+            for (std::size_t i = 0; one && i + 1 < keys.size(); i += 2) {
+                if (keys[i] < keys[i + 1]) {
+                    visit(r.stripe_of(keys[i]), r.stripe_of(keys[i + 1] - 1));
+                }
+            }
+        } else {
+            for (std::size_t i = 0; one && i < keys.size(); ++i) {
+                visit(r.stripe_of(keys[i]), r.stripe_of(keys[i]));
+            }
+        }
+        if (!one || !slot) {
+            return std::nullopt;
+        }
+        const auto* n = where.view->find(where.servers[*slot]);
+        if (!n || n->state != node_state::alive) {
+            return std::nullopt;
+        }
+        return *slot;
+    }
+
+    /// Decides the parked requests the current view can: those of a server the view
+    /// declared failed go to the new owner of their keys (a clock tick needs no resend:
+    /// every server gets its own), fail with `errc::node_failed` when nobody holds their
+    /// keys, or go to the same server again after `drop_grace`. Returns the sends and
+    /// completions to run once no lock is held.
+    std::vector<std::function<void()>> review() {
+        std::vector<std::function<void()>> out;
+        std::lock_guard lock(mutex_);
+        const auto now = std::chrono::steady_clock::now();
+        const auto where = placement_;
+        std::vector<std::shared_ptr<resilient>> keep;
+        auto finish = [&out](const std::shared_ptr<resilient>& r, std::error_code ec) {
+            out.push_back([r, ec] { r->settle(ec, wire::message{}); });
+        };
+        for (auto& r : parked_) {
+            const auto* n = where ? where->view->find(r->server) : nullptr;
+            const bool gone = n && n->state != node_state::alive;
+            const auto kind = r->message.header.kind;
+            if (closed_) {
+                finish(r, make_error_code(errc::shut_down));
+            } else if (gone && kind == wire::message_kind::clock) {
+                out.push_back([r] {
+                    wire::message reply;
+                    reply.header.kind = wire::message_kind::clock_reply;
+                    r->settle(std::error_code{}, std::move(reply));
+                });
+            } else if (gone) {
+                const auto slot =
+                    kind == wire::message_kind::call ? std::nullopt : target_of(*where, r->message);
+                if (!slot || now >= r->deadline) {
+                    finish(r, make_error_code(errc::node_failed));
+                    continue;
+                }
+                auto& h = r->message.header;
+                if (kind == wire::message_kind::push) {
+                    h.flags |= wire::flag_resent;
+                    h.receiver = r->server;
+                }
+                h.view = where->view->version;
+                r->server = where->servers[*slot];
+                out.push_back([pipe = pipe_, link = where->links[*slot],
+                               cache = where->caches[*slot],
+                               r] { send_resilient(pipe, link, cache, r); });
+            } else if (now >= r->deadline) {
+                finish(r, r->dropped_by);
+            } else if (now - r->parked_at >= drop_grace && where) {
+                const auto it = std::find(where->servers.begin(), where->servers.end(), r->server);
+                // Without a job no view will ever say the server failed: one more try.
+                if (it == where->servers.end() || (!member_ && r->retried)) {
+                    finish(r, r->dropped_by);
+                    continue;
+                }
+                r->retried = true;
+                const auto slot = static_cast<std::size_t>(it - where->servers.begin());
+                out.push_back([pipe = pipe_, link = where->links[slot], cache = where->caches[slot],
+                               r] { send_resilient(pipe, link, cache, r); });
+            } else {
+                keep.push_back(r);
+            }
+        }
+        parked_ = std::move(keep);
+        return out;
+    }
 
     /// Key lists shorter than this are sent as they are (a reference saves nothing).
     static constexpr std::size_t min_cached_key_bytes = 64;
@@ -1278,26 +1561,28 @@ private:
                                 const std::shared_ptr<const placement>& where,
                                 wire::message request) {
         // Servers the view declared failed (their links are closed) are skipped.
-        std::vector<std::shared_ptr<detail::request_link>> live;
+        std::vector<std::size_t> live;
         if (where) {
             for (std::size_t i = 0; i < where->links.size(); ++i) {
                 const auto* n = where->view->find(where->servers[i]);
                 if (!n || n->state == node_state::alive) {
-                    live.push_back(where->links[i]);
+                    live.push_back(i);
                 }
             }
         }
         std::vector<task<void>> answers;
-        for (const auto& link : live) {
+        for (const auto i : live) {
             auto [answer, completer] = make_task<void>();
-            send_request(
-                pipe, link, nullptr, request,
-                [answered = std::move(completer)](std::error_code ec, wire::message&& reply) {
-                    if (!ec && reply.header.kind != wire::message_kind::clock_reply) {
-                        ec = errc::bad_message_kind;
-                    }
-                    answered.complete(ec);
-                });
+            send_resilient(pipe, where->links[i], nullptr,
+                           make_resilient(*pipe, where->servers[i], request,
+                                          [answered = std::move(completer)](std::error_code ec,
+                                                                            wire::message&& reply) {
+                                              if (!ec && reply.header.kind !=
+                                                             wire::message_kind::clock_reply) {
+                                                  ec = errc::bad_message_kind;
+                                              }
+                                              answered.complete(ec);
+                                          }));
             answers.push_back(std::move(answer));
         }
         return when_all(answers); // complete at once when there is nobody to tell
@@ -1367,19 +1652,28 @@ private:
             if constexpr (Consistency::ordered) {
                 request.header.flags |= wire::flag_ordered;
             }
-            send_request(pipe_, s.link, s.cache, std::move(request),
-                         [join, report = failure_report(s)](std::error_code ec, wire::message&& m) {
-                             if (!ec && m.header.kind != wire::message_kind::push_reply) {
-                                 ec = errc::bad_message_kind;
-                             }
-                             report(ec);
-                             if (join->arrive(ec)) {
-                                 join->settle.complete({});
-                                 if (auto d = join->take()) {
-                                     std::move(*d).dispatch(join->error);
-                                 }
-                             }
-                         });
+            {
+                std::lock_guard lock(mutex_);
+                request.header.update_id = next_update_++;
+            }
+            auto r = make_resilient(
+                *pipe_, s.server, std::move(request),
+                [join, report = failure_report(s)](std::error_code ec, wire::message&& m) {
+                    if (!ec && m.header.kind != wire::message_kind::push_reply) {
+                        ec = errc::bad_message_kind;
+                    }
+                    report(ec);
+                    if (join->arrive(ec)) {
+                        join->settle.complete({});
+                        if (auto d = join->take()) {
+                            std::move(*d).dispatch(join->error);
+                        }
+                    }
+                });
+            if constexpr (Consistency::ordered) {
+                retain(r);
+            }
+            send_resilient(pipe_, s.link, s.cache, std::move(r));
         }
     }
 
@@ -1389,6 +1683,7 @@ private:
         std::shared_ptr<wire::key_cache_sender> cache;
         wire::message message;
         detail::reply_callback on_reply;
+        node_id server = no_node; // resent elsewhere if it fails; sent once when no_node
     };
 
     /// Sends `requests` now, or once the worker's own tick `own` has completed; if that
@@ -1397,7 +1692,14 @@ private:
     void send_when_gate_open(task<void> own, std::vector<outgoing> requests, Fail fail) const {
         auto send = [pipe = pipe_](std::vector<outgoing>& rs) {
             for (auto& r : rs) {
-                send_request(pipe, r.link, r.cache, std::move(r.message), std::move(r.on_reply));
+                if (r.server == no_node) {
+                    send_request(pipe, r.link, r.cache, std::move(r.message),
+                                 std::move(r.on_reply));
+                } else {
+                    send_resilient(pipe, r.link, r.cache,
+                                   make_resilient(*pipe, r.server, std::move(r.message),
+                                                  std::move(r.on_reply)));
+                }
             }
         };
         if (!own.valid()) {
@@ -1522,7 +1824,8 @@ private:
                          out.set_clocks(std::move(join->clocks));
                          complete(std::move(*d), std::error_code{}, std::move(out));
                      }
-                 }});
+                 },
+                 s.server});
         }
         send_when_gate_open(std::move(own), std::move(requests),
                             [join, complete](std::error_code ec) {
@@ -1699,13 +2002,26 @@ private:
     std::vector<std::shared_ptr<wire::push_filter<Key, Value>>> filters_;
     std::shared_ptr<pipeline> pipe_ = make_pipeline();
     std::shared_ptr<const placement> placement_;
+    std::vector<std::shared_ptr<resilient>> parked_;   // dropped requests waiting for a view
+    std::vector<std::shared_ptr<resilient>> retained_; // ordered pushes not yet durable
+    std::uint64_t next_update_ = first_update_id();
     std::shared_ptr<detail::worker_clock> clock_ = std::make_shared<detail::worker_clock>();
 
     std::shared_ptr<pipeline> make_pipeline() {
         auto p = std::make_shared<pipeline>();
         p->compression = opts_.compression;
         p->pool = transport_.pool();
+        p->owner = shared_;
+        p->request_timeout = opts_.request_timeout;
         return p;
+    }
+
+    /// A random start for this store's update ids, so that stores never share one.
+    static std::uint64_t first_update_id() {
+        std::random_device rd;
+        const std::uint64_t hi = rd();
+        const std::uint64_t lo = rd();
+        return ((hi << 32) | lo) | 1; // never 0 (no id)
     }
 
     std::shared_ptr<shared> make_shared_owner() {

@@ -28,6 +28,7 @@
 #include <petrel/server/checkpoint.hpp>
 #include <petrel/server/initializer.hpp>
 #include <petrel/server/remote_function.hpp>
+#include <petrel/server/replication_plan.hpp>
 #include <petrel/server/server_node.hpp>
 #include <petrel/server/table_registry.hpp>
 #include <petrel/server/updater.hpp>

@@ -120,3 +120,49 @@ TEST_CASE("ring: bad options are refused with a clear error", "[cluster][ring]")
     CHECK_THROWS_AS(petrel::ring({.partitions = 4}, std::vector<petrel::node_id>{1, 2}),
                     std::invalid_argument);
 }
+
+TEST_CASE("ring: failover hands a failed server's partitions to their replicas", "[cluster]") {
+    const std::vector<petrel::node_id> all{1, 2, 3, 4};
+    const auto r = petrel::ring::balanced({.partitions = 32, .replicas = 1}, all);
+    const std::vector<petrel::node_id> live{1, 3, 4};
+    const auto f = r.failover(live);
+    CHECK(f.lost.empty());
+    CHECK_FALSE(f.ring.holds(2));
+    CHECK(f.ring.options().replicas == 1);
+    std::map<petrel::node_id, std::vector<petrel::node_id>> chain_of;
+    for (std::uint32_t p = 0; p < 32; ++p) {
+        const auto before = r.owners(p);
+        const auto after = f.ring.owners(p);
+        INFO("partition " << p);
+        // The first live owner leads; every partition again has two distinct owners.
+        CHECK(after[0] == (before[0] == 2 ? before[1] : before[0]));
+        CHECK(after[0] != after[1]);
+        // One chain per primary.
+        const std::vector<petrel::node_id> chain(after.begin(), after.end());
+        auto [it, fresh] = chain_of.emplace(after[0], chain);
+        CHECK(it->second == chain);
+    }
+    CHECK(chain_of.at(1) == std::vector<petrel::node_id>{1, 3});
+    CHECK(chain_of.at(3) == std::vector<petrel::node_id>{3, 4});
+    // Keys hash as before: only owner lists changed.
+    CHECK(f.ring.partition_of(std::uint64_t{12345}) == r.partition_of(std::uint64_t{12345}));
+}
+
+TEST_CASE("ring: failover of every copy of a partition lists it as lost", "[cluster]") {
+    const std::vector<petrel::node_id> all{1, 2, 3};
+    const auto r = petrel::ring::balanced({.partitions = 8, .replicas = 1}, all);
+    const std::vector<petrel::node_id> live{1};
+    const auto f = r.failover(live);
+    // Partitions of server 2 ([2, 3]) have no live copy; the others keep server 1.
+    std::vector<std::uint32_t> expected;
+    for (std::uint32_t p = 0; p < 8; ++p) {
+        if (r.owners(p)[0] == 2) {
+            expected.push_back(p);
+        } else {
+            CHECK(f.ring.owners(p)[0] == 1);
+        }
+    }
+    CHECK(f.lost == expected);
+    CHECK(f.ring.options().replicas == 0); // one server left holds one copy
+    CHECK(f.ring.holds(2));                // lost partitions still name their owner
+}

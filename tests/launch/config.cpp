@@ -679,3 +679,22 @@ TEST_CASE("config: launcher errors come through resolve", "[launch]") {
     CHECK_THAT(resolve_error({}, {}, {{"PETREL_RANK", "x"}, {"PETREL_SIZE", "2"}}),
                Catch::StartsWith("petrel: PETREL_RANK=\"x\""));
 }
+
+TEST_CASE("config: replicas, by default one copy when there are two servers", "[launch]") {
+    CHECK(resolve_with({}).replicas == 1); // embedded: 2 servers
+    CHECK(resolve_with({}, {"--servers", "1"}).replicas == 0);
+    CHECK(resolve_with({}, {"--servers", "4", "--replicas", "3"}).replicas == 3);
+    CHECK(resolve_with({}, {"--replicas=0"}).replicas == 0);
+    CHECK(resolve_with({}, {}, {{"PETREL_REPLICAS", "0"}}).replicas == 0);
+    config program;
+    program.servers = 3;
+    program.replicas = 2;
+    CHECK(resolve_with(program).replicas == 2);
+    CHECK_THAT(resolve_error({}, {"--replicas", "2"}),
+               Catch::StartsWith("petrel: --replicas=\"2\": too many: 2 servers hold at most 1"));
+    CHECK_THAT(resolve_error({}, {}, {{"PETREL_REPLICAS", "x"}}),
+               Catch::StartsWith("petrel: PETREL_REPLICAS=\"x\""));
+    CHECK_THAT(resolve_error({}, {"--servers", "12", "--replicas", "8"}),
+               Catch::Contains("at most 7"));
+    CHECK_THAT(petrel::usage("train"), Catch::Contains("PETREL_REPLICAS"));
+}

@@ -6,10 +6,12 @@
 #include <catch2/catch.hpp>
 
 #include <petrel/kv_store.hpp>
+#include <petrel/launch/run.hpp>
 
 #include <asio/use_future.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -544,4 +547,266 @@ TEST_CASE("server_node: a save by servers that share an id fails, naming the pro
     }
     CHECK(log.all().find("checkpoint failed") != std::string::npos);
     CHECK_THROWS_AS(petrel::read_checkpoint(dir.path, 0), petrel::checkpoint_error);
+}
+
+// ---------------------------------------------------------------------------------------
+// Replication along the chains of the ring
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+/// Servers with ids 1..n on loopback TCP, replicating along the chains of a ring with
+/// `replicas` copies, and the view a store without a cluster makes of them.
+struct replicated_servers {
+    io_threads io{2};
+    log_capture logs;
+    std::vector<std::unique_ptr<petrel::server_node>> servers;
+    std::vector<std::string> addresses;
+    petrel::ring_options ring{.partitions = 64, .stripe_keys = 4, .replicas = 1};
+
+    replicated_servers(std::uint32_t n, std::uint32_t replicas, std::uint32_t workers = 1,
+                       std::shared_ptr<const petrel::table_registry> tables = nullptr) {
+        ring.replicas = replicas;
+        for (std::uint32_t i = 0; i < n; ++i) {
+            petrel::transport_options t;
+            t.log = logs.logger();
+            servers.push_back(std::make_unique<petrel::server_node>(
+                petrel::tcp_transport(io.executor(), t),
+                petrel::server_options{.node_id = i + 1,
+                                       .workers = workers,
+                                       .tables = tables,
+                                       .replication_timeout = 5s}));
+            addresses.push_back(servers.back()->listen("127.0.0.1:0"));
+        }
+    }
+
+    template <typename Consistency = petrel::eventual>
+    std::unique_ptr<petrel::kv_store<std::uint64_t, float, Consistency>>
+    store(std::uint32_t worker = 0, std::uint32_t table = 0) {
+        petrel::kv_store_options<std::uint64_t> o;
+        o.servers = addresses;
+        o.ring = ring;
+        o.worker = worker;
+        o.table_id = table;
+        o.request_timeout = 10s;
+        auto kv = std::make_unique<petrel::kv_store<std::uint64_t, float, Consistency>>(
+            petrel::tcp_transport(io.executor()), o);
+        for (auto& s : servers) {
+            s->replicate(petrel::replication_plan_of(*kv->view()));
+        }
+        return kv;
+    }
+
+    /// Key → value of server `i` (1-based) on table `table` (width 1).
+    std::map<std::uint64_t, float> rows(std::uint32_t i, std::uint32_t table = 0) const {
+        const auto t = servers[i - 1]->rows(table);
+        std::map<std::uint64_t, float> out;
+        const auto* k = reinterpret_cast<const std::uint64_t*>(t.keys.data());
+        const auto* v = reinterpret_cast<const float*>(t.values.data());
+        for (std::uint64_t r = 0; r < t.rows; ++r) {
+            out[k[r]] = v[r];
+        }
+        return out;
+    }
+};
+
+/// The servers (1-based ids) that must hold `key`: its owner list cut to `copies`.
+std::vector<std::uint32_t> holders(const petrel::ring& r, std::uint64_t key, std::size_t copies) {
+    const auto owners = r.owners(r.partition_of(key));
+    return {owners.begin(), owners.begin() + static_cast<std::ptrdiff_t>(copies)};
+}
+
+} // namespace
+
+TEST_CASE("replication: a view's chains are its live servers' owner lists", "[fault]") {
+    petrel::membership_view v;
+    v.version = 7;
+    for (std::uint32_t i = 1; i <= 3; ++i) {
+        v.nodes.push_back({i,
+                           petrel::node_role::server,
+                           petrel::node_state::alive,
+                           "127.0.0.1:" + std::to_string(4000 + i),
+                           0,
+                           i - 1,
+                           {},
+                           {}});
+    }
+    v.ring = petrel::ring::balanced({.partitions = 16, .replicas = 2},
+                                    std::vector<petrel::node_id>{1, 2, 3});
+    auto plan = petrel::replication_plan_of(v);
+    CHECK(plan.version == 7);
+    REQUIRE(plan.chains.size() == 3);
+    const auto ids = [](const std::vector<petrel::replication_plan::peer>& c) {
+        std::vector<std::uint32_t> out;
+        for (const auto& p : c) {
+            out.push_back(p.id);
+        }
+        return out;
+    };
+    CHECK(ids(plan.chains[1]) == std::vector<std::uint32_t>{1, 2, 3});
+    CHECK(ids(plan.chains[2]) == std::vector<std::uint32_t>{2, 3, 1});
+    CHECK(plan.chains[3].front().address == "127.0.0.1:4003");
+    // A failed server leaves every chain; it is nobody's replica and no primary.
+    v.nodes[1].state = petrel::node_state::failed;
+    plan = petrel::replication_plan_of(v);
+    CHECK(plan.chains.count(2) == 0);
+    CHECK(ids(plan.chains[1]) == std::vector<std::uint32_t>{1, 3});
+    CHECK(ids(plan.chains[3]) == std::vector<std::uint32_t>{3, 1});
+}
+
+TEST_CASE("replication: a push is acknowledged once its replicas hold it", "[fault]") {
+    const std::uint32_t k = GENERATE(1u, 2u);
+    replicated_servers c(3, k);
+    auto kv = c.store();
+    std::vector<std::uint64_t> keys;
+    for (std::uint64_t key = 0; key < 400; key += 3) {
+        keys.push_back(key);
+    }
+    xt::xtensor<float, 1> g = xt::ones<float>({keys.size()});
+    for (int round = 1; round <= 3; ++round) {
+        kv->push(keys, g, asio::use_future).get();
+        // No waiting: the acknowledgement came after the chain applied the push.
+        std::vector<std::map<std::uint64_t, float>> rows;
+        for (std::uint32_t i = 1; i <= 3; ++i) {
+            rows.push_back(c.rows(i));
+        }
+        for (const auto key : keys) {
+            const auto must = holders(kv->view()->ring, key, k + 1);
+            for (std::uint32_t i = 1; i <= 3; ++i) {
+                const bool holds = std::find(must.begin(), must.end(), i) != must.end();
+                INFO("key " << key << " server " << i << " round " << round);
+                if (holds) {
+                    REQUIRE(rows[i - 1].count(key) == 1);
+                    CHECK(rows[i - 1][key] == static_cast<float>(round));
+                } else {
+                    CHECK(rows[i - 1].count(key) == 0);
+                }
+            }
+        }
+    }
+    CHECK(c.logs.all().find("did not apply") == std::string::npos);
+}
+
+TEST_CASE("replication: a table may keep fewer copies than the job", "[fault]") {
+    auto tables = std::make_shared<petrel::table_registry>();
+    tables->add<std::uint64_t, float>(5, {.replicas = 0});
+    tables->add<std::uint64_t, float>(6, {});
+    replicated_servers c(3, 1, 1, tables);
+    auto scratch = c.store(0, 5);
+    auto kept = c.store(0, 6);
+    std::vector<std::uint64_t> keys{1, 2, 3, 50, 51, 99};
+    xt::xtensor<float, 1> g = xt::ones<float>({keys.size()});
+    scratch->push(keys, g, asio::use_future).get();
+    kept->push(keys, g, asio::use_future).get();
+    std::size_t scratch_rows = 0;
+    std::size_t kept_rows = 0;
+    for (std::uint32_t i = 1; i <= 3; ++i) {
+        scratch_rows += c.rows(i, 5).size();
+        kept_rows += c.rows(i, 6).size();
+    }
+    CHECK(scratch_rows == keys.size());
+    CHECK(kept_rows == 2 * keys.size());
+}
+
+TEST_CASE("replication: under sequential, replicas get each clock's combined pushes", "[fault]") {
+    auto tables = std::make_shared<petrel::table_registry>();
+    tables->add<std::uint64_t, float>(0, {}, petrel::sgd{.eta = 0.5});
+    tables->add<std::uint64_t, float>(1, {.aggregate = petrel::aggregation::mean});
+    const std::uint32_t table = GENERATE(0u, 1u);
+    replicated_servers c(3, 1, 2, tables);
+    auto a = c.store<petrel::sequential>(0, table);
+    auto b = c.store<petrel::sequential>(1, table);
+    // The workers push different key sets: the combined update is their union.
+    std::vector<std::uint64_t> ka{0, 1, 2, 3, 40, 41};
+    std::vector<std::uint64_t> kb{2, 3, 40, 77, 78};
+    const int clocks = 4;
+    for (int t = 0; t < clocks; ++t) {
+        xt::xtensor<float, 1> ga = xt::ones<float>({ka.size()}) * static_cast<float>(t + 1);
+        xt::xtensor<float, 1> gb = xt::ones<float>({kb.size()}) * 2.0f;
+        auto pa = a->push(ka, ga, asio::use_future);
+        auto pb = b->push(kb, gb, asio::use_future);
+        pa.get();
+        pb.get();
+        a->clock();
+        b->clock();
+    }
+    // A pull at the last clock waits until every clock is applied on the primaries.
+    std::vector<std::uint64_t> all{0, 1, 2, 3, 40, 41, 77, 78};
+    const auto pulled = a->pull(all, asio::use_future).get();
+    const auto primary = pulled.values();
+    // Ordered pushes were acknowledged when held; the replicas follow shortly.
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::vector<std::map<std::uint64_t, float>> rows;
+    for (;;) {
+        bool done = true;
+        for (const auto key : all) {
+            const auto replica = holders(a->view()->ring, key, 2)[1];
+            done = done && c.servers[replica - 1]->replicated_clock(table) == clocks;
+        }
+        if (done || std::chrono::steady_clock::now() > deadline) {
+            break;
+        }
+        std::this_thread::sleep_for(5ms);
+    }
+    for (std::uint32_t i = 1; i <= 3; ++i) {
+        rows.push_back(c.rows(i, table));
+    }
+    for (std::size_t j = 0; j < all.size(); ++j) {
+        const auto must = holders(a->view()->ring, all[j], 2);
+        INFO("key " << all[j]);
+        for (const auto i : must) {
+            REQUIRE(rows[i - 1].count(all[j]) == 1);
+            // Bitwise: the primary applied the same combined update as its replica.
+            CHECK(rows[i - 1][all[j]] == primary(j));
+        }
+        CHECK(c.servers[must[1] - 1]->replicated_clock(table) == clocks);
+    }
+    // sgd (w -= 0.5 g) of the sums: key 2 got (t+1) + 2 per clock; mean: ((t+1) + 2) / 2.
+    const float key2 =
+        table == 0 ? -0.5f * (1 + 2 + 3 + 4 + 4 * 2) : (1 + 2 + 3 + 4 + 4 * 2) / 2.0f;
+    CHECK(primary(2) == Approx(key2));
+}
+
+TEST_CASE("replication: a replica update that the view does not place here is refused", "[fault]") {
+    replicated_servers c(2, 1);
+    auto kv = c.store(); // the servers follow the chains 1 → 2 and 2 → 1
+    // Server 1 is primary of its chain, nobody's replica but 2's: an update "from 3" is stale.
+    wire::message m;
+    m.header.kind = wire::message_kind::push;
+    m.header.flags = wire::flag_replica;
+    m.header.sender = 3;
+    m.header.receiver = 3;
+    m.header.key_count = 1;
+    m.header.range_begin = 5;
+    m.header.range_end = 6;
+    const std::uint64_t key = 5;
+    const float value = 1;
+    m.set_segment(wire::keys_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&key, 1))));
+    m.set_segment(wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&value, 1))));
+    auto l = std::make_shared<petrel::detail::request_link>(petrel::tcp_transport(c.io.executor()),
+                                                            c.addresses[0], 5s);
+    std::promise<std::error_code> got;
+    l->request(std::move(m), [&got](std::error_code ec, wire::message&&) { got.set_value(ec); });
+    CHECK(got.get_future().get() == errc::stale_view);
+    CHECK(c.rows(1).empty());
+    l->close();
+}
+
+TEST_CASE("replication: a dead replica does not hold a push back", "[fault]") {
+    replicated_servers c(2, 1);
+    auto kv = c.store();
+    c.servers[1]->close(); // server 2: the replica of server 1's keys, gone
+    std::vector<std::uint64_t> keys;
+    for (std::uint64_t key = 0; key < 64; ++key) {
+        if (kv->view()->ring.owner(key) == 1) {
+            keys.push_back(key);
+        }
+    }
+    REQUIRE(!keys.empty());
+    xt::xtensor<float, 1> g = xt::ones<float>({keys.size()});
+    kv->push(keys, g, asio::use_future).get();
+    CHECK(c.rows(1).size() == keys.size());
+    CHECK(c.logs.all().find("did not apply a replica update") != std::string::npos);
 }

@@ -36,6 +36,8 @@ message_header full_header() {
     h.encoding = encoding_values_snappy;
     h.key_list_id = 0x1122334455667788ULL;
     h.key_list_digest = 0x8877665544332211ULL;
+    h.view = 0x0a0b0c0d0e0f1011ULL;
+    h.update_id = 0x1213141516171819ULL;
     h.clocks = {{0, 10, 1, 7}, {10, 20, 2, 9}, {20, 0xffffffffffffffffULL, 0xffffffffu, 1u << 31}};
     h.segment_bytes = {12, 3072, 40};
     return h;
@@ -131,10 +133,10 @@ TEST_CASE("header: decoding replaces earlier contents", "[wire]") {
 TEST_CASE("header: the serialized layout has a fixed size", "[wire]") {
     // 91 bytes of scalar fields (with the worker index, clock, encoding and key list), a u32
     // clock count, 3 u64 segment sizes; 28 bytes per clock entry.
-    CHECK(serialize(message_header{}).size() == 119);
+    CHECK(serialize(message_header{}).size() == 135);
     auto h = message_header{};
     h.clocks.resize(5);
-    CHECK(serialize(h).size() == 119 + 5 * 28);
+    CHECK(serialize(h).size() == 135 + 5 * 28);
 }
 
 TEST_CASE("header: the most clock entries allowed round-trip, one more is refused", "[wire]") {
@@ -187,7 +189,7 @@ TEST_CASE("header: decode_header names what is wrong", "[wire]") {
     SECTION("a clock count larger than the bytes that follow") {
         auto b = serialize(message_header{});
         const std::uint32_t n = 100;
-        std::memcpy(b.data() + 91, &n, 4);
+        std::memcpy(b.data() + 107, &n, 4);
         CHECK(decode(b, out) == errc::malformed_header);
     }
 }

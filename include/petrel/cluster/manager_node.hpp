@@ -94,7 +94,13 @@ public:
                 "petrel::manager_node: " + std::to_string(opts.ring.replicas) +
                 " replicas need more servers than " + std::to_string(opts.servers));
         }
-        ring::balanced(opts.ring, std::vector<node_id>{1}); // checks the ring options
+        {
+            std::vector<node_id> ids(opts.ring.replicas + 1);
+            for (std::size_t i = 0; i < ids.size(); ++i) {
+                ids[i] = static_cast<node_id>(i + 1);
+            }
+            ring::balanced(opts.ring, ids); // checks the ring options
+        }
         if (std::uint64_t{opts.ring.partitions} * (opts.ring.replicas + 1) * sizeof(node_id) >
             wire::max_control_bytes / 2) {
             throw std::invalid_argument("petrel::manager_node: the ring's owner table would not "
@@ -882,15 +888,24 @@ private:
             if (!g.empty()) {
                 reschedule(*v, g);
             }
+            std::string failover;
+            if (role == node_role::server && !v->ring.empty()) {
+                failover = fail_over(*v, id);
+            }
             view = v;
             report(role == node_role::reader ? log_level::warning : log_level::error,
-                   described + " failed: " + why);
+                   described + " failed: " + why + failover);
             broadcast(out);
             if (!g.empty()) {
                 group_changed(g, out);
             }
+            const bool replaced = role == node_role::server && view->replaced(*view->find(id));
             for (auto bg : {group::all, group::servers, group::workers}) {
                 if (!in_group(role, bg)) {
+                    continue;
+                }
+                if (replaced) {
+                    try_release(bg, out); // its keys live on: the others need not wait for it
                     continue;
                 }
                 auto& b = barriers[index_of(bg)];
@@ -904,11 +919,34 @@ private:
             check_finished(done);
         }
 
+        /// Moves the partitions of failed server `id` to their replicas in `v` (see
+        /// `ring::failover`); says what happened, for the log.
+        std::string fail_over(membership_view& v, node_id id) {
+            std::vector<node_id> live;
+            for (const auto& n : v.nodes) {
+                if (n.role == node_role::server && n.state == node_state::alive) {
+                    live.push_back(n.id);
+                }
+            }
+            auto f = v.ring.failover(live);
+            v.ring = std::move(f.ring);
+            if (f.lost.empty()) {
+                return "; its key ranges moved to their replicas (" +
+                       std::to_string(v.ring.options().replicas) + " copies besides each primary)";
+            }
+            return "; " + std::to_string(f.lost.size()) + " of " +
+                   std::to_string(v.ring.options().partitions) +
+                   " key partitions had no other live copy (replicas: " +
+                   std::to_string(opts.ring.replicas) +
+                   ") and are lost: requests for their keys fail with node_failed naming server " +
+                   std::to_string(id);
+        }
+
         /// Every failed node of group `g`, described; empty when none failed.
         [[nodiscard]] std::string failed_in(group g) const {
             std::string why;
             for (const auto& n : view->nodes) {
-                if (n.state == node_state::failed && in_group(n.role, g)) {
+                if (n.state == node_state::failed && in_group(n.role, g) && !view->replaced(n)) {
                     why += (why.empty() ? "" : "; ") + n.describe() + " failed: " + n.failure;
                 }
             }

@@ -91,7 +91,25 @@ public:
         return ring(opts, std::move(owners));
     }
 
+    /// What `failover` makes of a ring.
+    struct failover_result;
+
+    /// The ring once only the servers in `live` (in ring order) remain: each partition
+    /// keeps its live owners in order (the first live replica of a failed primary becomes
+    /// the primary), then takes the next servers of `live` after its last kept owner
+    /// (cyclically) until it has `replicas + 1` owners again, or every live server. With
+    /// fewer live servers than `replicas + 1`, the new ring keeps `live.size() - 1`
+    /// replicas. A partition with no live owner keeps its first owners and is listed as
+    /// lost: nobody holds its keys any more. Partitions of one primary keep the same
+    /// successors, so that each primary has one replication chain.
+    [[nodiscard]] failover_result failover(std::span<const node_id> live) const;
+
     [[nodiscard]] const ring_options& options() const noexcept { return opts_; }
+
+    /// Whether server `id` is on some owner list.
+    [[nodiscard]] bool holds(node_id id) const noexcept {
+        return std::find(owners_.begin(), owners_.end(), id) != owners_.end();
+    }
     [[nodiscard]] bool empty() const noexcept { return owners_.empty(); }
 
     /// The stripe holding `k`: `k / stripe_keys`.
@@ -178,5 +196,59 @@ private:
     std::vector<node_id> owners_;
     unsigned stripe_shift_ = 6;
 };
+
+struct ring::failover_result {
+    petrel::ring ring;
+    /// Partitions none of whose owners is live, ascending.
+    std::vector<std::uint32_t> lost;
+};
+
+inline ring::failover_result ring::failover(std::span<const node_id> live) const {
+    failover_result out;
+    ring_options o = opts_;
+    if (live.empty()) {
+        out.ring = *this;
+        for (std::uint32_t p = 0; p < opts_.partitions; ++p) {
+            out.lost.push_back(p);
+        }
+        return out;
+    }
+    o.replicas =
+        std::min<std::uint32_t>(opts_.replicas, static_cast<std::uint32_t>(live.size() - 1));
+    const std::size_t n = o.replicas + 1;
+    auto position = [&](node_id id) -> std::size_t {
+        const auto it = std::find(live.begin(), live.end(), id);
+        return it == live.end() ? live.size() : static_cast<std::size_t>(it - live.begin());
+    };
+    std::vector<node_id> owners;
+    owners.reserve(std::size_t{o.partitions} * n);
+    std::vector<node_id> list;
+    for (std::uint32_t p = 0; p < opts_.partitions; ++p) {
+        const auto old = this->owners(p);
+        list.clear();
+        std::size_t last = live.size();
+        for (const auto id : old) {
+            const std::size_t at = position(id);
+            if (at < live.size() && list.size() < n) {
+                list.push_back(id);
+                last = at;
+            }
+        }
+        if (list.empty()) {
+            out.lost.push_back(p);
+            owners.insert(owners.end(), old.begin(), old.begin() + static_cast<std::ptrdiff_t>(n));
+            continue;
+        }
+        for (std::size_t step = 1; list.size() < n && step < live.size(); ++step) {
+            const node_id next = live[(last + step) % live.size()];
+            if (std::find(list.begin(), list.end(), next) == list.end()) {
+                list.push_back(next);
+            }
+        }
+        owners.insert(owners.end(), list.begin(), list.end());
+    }
+    out.ring = ring(o, std::move(owners));
+    return out;
+}
 
 } // namespace petrel

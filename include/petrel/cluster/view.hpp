@@ -156,12 +156,20 @@ struct membership_view {
         return d->share_of(id, version);
     }
 
+    /// Whether the failed server `n`'s keys live on: the ring no longer names it, as its
+    /// partitions moved to their replicas.
+    [[nodiscard]] bool replaced(const node_info& n) const noexcept {
+        return n.role == node_role::server && n.state == node_state::failed && !ring.empty() &&
+               !ring.holds(n.id);
+    }
+
     /// The failed servers and workers, described, one per line; empty when none failed.
-    /// Readers are left out: a reader that dies fails nothing but itself.
+    /// Readers are left out: a reader that dies fails nothing but itself; so are servers
+    /// whose keys moved to their replicas (`replaced`).
     [[nodiscard]] std::string failures() const {
         std::string s;
         for (const auto& n : nodes) {
-            if (n.state == node_state::failed && n.role != node_role::reader) {
+            if (n.state == node_state::failed && n.role != node_role::reader && !replaced(n)) {
                 s += n.describe() + " failed: " + n.failure + "\n";
             }
         }

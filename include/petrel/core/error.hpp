@@ -55,10 +55,13 @@ enum class errc : int {
     key_cache_miss,
     // Worker groups.
     read_only,
+    // Replication.
+    stale_view,
+    data_lost,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::read_only;
+inline constexpr errc last_errc = errc::data_lost;
 
 namespace detail {
 
@@ -159,6 +162,14 @@ public:
         case errc::read_only:
             return "a reader (a worker of a read-only group) cannot push, tick a clock or leave "
                    "one: it only pulls";
+        case errc::stale_view:
+            return "the receiver's membership view does not place this replica update (or this "
+                   "request) here: the sender and receiver disagree on the ring until the newer "
+                   "view reaches both";
+        case errc::data_lost:
+            return "the server took over keys of failed servers of which it held no complete "
+                   "copy (more servers failed at once than the tables have replicas): those "
+                   "keys are lost, and the server refuses to serve a wrong model";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

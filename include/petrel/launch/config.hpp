@@ -96,6 +96,10 @@ struct config {
     /// A checkpoint directory the servers restore every table from before the workers
     /// start.  `--restore DIR`, `PETREL_RESTORE`.
     std::optional<std::string> restore{};
+    /// Copies of each key range besides its primary's, on the next servers of the ring
+    /// (chain replication); tables may keep fewer (`table_spec::replicas`).
+    /// `--replicas K`, `PETREL_REPLICAS`.
+    std::optional<std::uint32_t> replicas{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -125,6 +129,8 @@ struct settings {
     std::shared_ptr<const table_registry> tables;
     /// The checkpoint directory to restore from (empty: none).
     std::string restore;
+    /// Copies of each key range besides the primary's: below `servers`.
+    std::uint32_t replicas = 0;
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -154,7 +160,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 14> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 15> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -199,6 +205,10 @@ struct config_option {
         {"restore", "DIR", "PETREL_RESTORE",
          "A checkpoint directory (written by kv_store::save) whose tables the servers load "
          "before any worker starts, each keeping the keys it owns. Default: none."},
+        {"replicas", "K", "PETREL_REPLICAS",
+         "Copies of each key range besides its primary's, held by the next K servers of the "
+         "ring; a push is acknowledged once they have applied it. Fewer than the servers. "
+         "Default: 1 with at least 2 servers, else 0."},
     }};
 }
 
@@ -336,6 +346,12 @@ config_parse_number(std::string_view origin, std::string_view text, std::string_
 struct config_parse_count {
     std::uint32_t operator()(std::string_view origin, std::string_view text) const {
         return config_parse_number(origin, text, "a whole number, at least 1");
+    }
+};
+
+struct config_parse_whole {
+    std::uint32_t operator()(std::string_view origin, std::string_view text) const {
+        return config_parse_number(origin, text, "a whole number");
     }
 };
 
@@ -681,6 +697,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     const auto job_id = config_pick(program.job_id, "job-id", cl, env, config_parse_text{});
     const auto roles = config_pick(program.roles, "roles", cl, env, config_parse_roles{});
     const auto restore = config_pick(program.restore, "restore", cl, env, config_parse_text{});
+    const auto replicas = config_pick(program.replicas, "replicas", cl, env, config_parse_whole{});
     const auto threads =
         config_or(config_pick(program.threads, "threads", cl, env, config_parse_count{}), 2u);
     const auto interval = config_or(config_pick(program.heartbeat_interval, "heartbeat-interval",
@@ -722,6 +739,19 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
 
     s.layout = layout ? layout->value : petrel::layout::dedicated;
     config_plan(s, servers, workers, roles);
+    if (replicas) {
+        if (replicas->value >= s.servers) {
+            config_fail(*replicas, "too many: " + std::to_string(s.servers) +
+                                       " servers hold at most " + std::to_string(s.servers - 1) +
+                                       " copies besides the primary's");
+        }
+        if (replicas->value > 7) {
+            config_fail(*replicas, "too many: at most 7 copies besides the primary's");
+        }
+        s.replicas = replicas->value;
+    } else {
+        s.replicas = s.servers >= 2 ? 1 : 0;
+    }
 
     if (!root && launched) {
         throw config_error(
@@ -791,6 +821,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     s.heartbeat_timeout = std::chrono::milliseconds(2000);
     s.startup_timeout = std::chrono::milliseconds(30000);
     s.request_timeout = std::chrono::milliseconds(30000);
+    s.replicas = 1;
     s.managers_here = 1;
     s.servers_here = 2;
     s.workers_here = 2;

@@ -65,6 +65,38 @@ namespace detail {
 
 } // namespace detail
 
+/// The chains along which the servers of view `v` replicate (see
+/// `server_node::replicate`): for each live server that is the primary of some partition,
+/// the live servers of that partition's owner list, primary first. The ring gives every
+/// partition of one primary the same successors.
+[[nodiscard]] inline replication_plan replication_plan_of(const membership_view& v) {
+    replication_plan plan;
+    plan.version = v.version;
+    if (v.ring.empty()) {
+        return plan;
+    }
+    auto live = [&v](node_id id) -> const node_info* {
+        const auto* n = v.find(id);
+        return n && n->role == node_role::server && n->state == node_state::alive ? n : nullptr;
+    };
+    plan.partition_of = [r = v.ring](std::uint64_t key) { return r.partition_of(key); };
+    for (std::uint32_t p = 0; p < v.ring.options().partitions; ++p) {
+        const auto owners = v.ring.owners(p);
+        plan.primaries.push_back(owners[0]);
+        const auto* primary = live(owners[0]);
+        if (!primary || plan.chains.count(primary->id) != 0) {
+            continue;
+        }
+        auto& chain = plan.chains[primary->id];
+        for (const auto id : owners) {
+            if (const auto* n = live(id)) {
+                chain.push_back({n->id, n->address});
+            }
+        }
+    }
+    return plan;
+}
+
 /// Runs this process's share of a job with resolved settings: hosts the manager, servers
 /// and workers that `s` assigns to this process (every node when no launcher started
 /// it), joins the job, calls `fn` for each worker, then waits at a final barrier of all
@@ -117,7 +149,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                     manager_options{.job_id = s.job_id,
                                     .servers = s.servers,
                                     .workers = s.workers,
-                                    .ring = {},
+                                    .ring = {.replicas = s.replicas},
                                     .heartbeat_timeout = s.heartbeat_timeout,
                                     .startup_timeout = s.startup_timeout});
                 const auto bound =
@@ -144,6 +176,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 so.workers = s.workers;
                 so.functions = s.functions;
                 so.tables = s.tables;
+                so.replication_timeout = std::min(s.request_timeout / 2, 2 * s.heartbeat_timeout);
                 auto server =
                     std::make_unique<server_node>(tcp_transport(io.get_executor(), topts), so);
                 const auto bound = server->listen(detail::host_port(s.bind, 0));
@@ -200,18 +233,21 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         }
 
         // Servers follow the view: a worker that left or failed no longer holds anybody
-        // back in the tables' clocks.
+        // back in the tables' clocks, and updates are replicated along the live chains.
         std::vector<std::size_t> subscriptions;
         if (status == run_ok) {
             for (std::size_t i = 0; i < servers.size(); ++i) {
                 server_node* server = servers[i].get();
-                subscriptions.push_back(members[i]->subscribe([server](const member::view_ptr& v) {
+                auto follow = [server](const member::view_ptr& v) {
                     for (const auto* n : v->of_role(node_role::worker)) {
                         if (n->state != node_state::alive) {
                             server->depart_worker(n->index);
                         }
                     }
-                }));
+                    server->replicate(replication_plan_of(*v));
+                };
+                subscriptions.push_back(members[i]->subscribe(follow));
+                follow(members[i]->view());
             }
         }
 
@@ -273,6 +309,14 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             for (std::size_t i = 0; i < threads.size(); ++i) {
                 threads[i].join();
                 if (results[i] != run_ok) {
+                    status = run_failed;
+                }
+            }
+            for (std::size_t i = 0; i < servers.size(); ++i) {
+                if (const auto lost = servers[i]->data_lost(); !lost.empty()) {
+                    failed("server " + std::to_string(members[i]->id()) +
+                           " lost the keys of failed " + lost +
+                           ": more servers failed at once than the tables have replicas");
                     status = run_failed;
                 }
             }

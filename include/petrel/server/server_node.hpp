@@ -10,23 +10,30 @@
 #include <petrel/server/detail/checkpoint_call.hpp>
 #include <petrel/server/detail/table.hpp>
 #include <petrel/server/remote_function.hpp>
+#include <petrel/server/replication_plan.hpp>
 #include <petrel/server/table_registry.hpp>
 #include <petrel/transport/connection.hpp>
+#include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
 #include <petrel/wire/compression.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -56,6 +63,10 @@ struct server_options {
     /// `link_gbps` (see `wire::compression_options`). Workers that do not ask get raw
     /// values.
     wire::compression_options compression{.mode = wire::compression_mode::adaptive};
+    /// How long the next server of a chain has to acknowledge a replicated update. A
+    /// replica that does not answer in time (or fails) does not hold the worker's push
+    /// back: it is acknowledged on the copies that have it, and the delay is logged.
+    std::chrono::milliseconds replication_timeout{std::chrono::seconds(10)};
 };
 
 /// The most key ranges with distinct clocks a table keeps; a tick that could split more
@@ -95,6 +106,7 @@ public:
     explicit server_node(any_transport transport, server_options opts = {})
         : transport_(std::move(transport)), state_(std::make_shared<state>()) {
         state_->opts = std::move(opts);
+        state_->self = state_;
         state_->pool = transport_.pool();
         state_->log = transport_.options().log;
         state_->limits = transport_.options().limits;
@@ -105,7 +117,11 @@ public:
     server_node& operator=(const server_node&) = delete;
 
     /// Stops serving and closes every connection.
-    ~server_node() { close(); }
+    ~server_node() {
+        close();
+        std::lock_guard lock(state_->mutex);
+        state_->links.clear(); // the links hold callbacks that hold the state
+    }
 
     /// Accepts workers at `address` ("host:port" for TCP, a name for in-process);
     /// returns the address to give them. @throws std::system_error
@@ -126,7 +142,101 @@ public:
     }
 
     /// Stops listening and closes all connections; idempotent.
-    void close() { transport_.close(); }
+    void close() {
+        std::vector<std::shared_ptr<detail::request_link>> links;
+        {
+            std::lock_guard lock(state_->mutex);
+            for (auto& [id, l] : state_->links) {
+                links.push_back(l);
+            }
+        }
+        for (auto& l : links) {
+            l->close();
+        }
+        transport_.close();
+    }
+
+    /// Replicates along the chains of `plan` (if it is newer than the plan followed so
+    /// far): every update this server applies as a primary (a worker's push under
+    /// `eventual`, the combined pushes of a clock under `sequential` and
+    /// `bounded_delay`) goes to the next server of its chain, which applies it and passes
+    /// it on, up to the table's replicas (`table_spec::replicas`). A worker's unordered
+    /// push is acknowledged once the chain has applied it; ordered pushes are
+    /// acknowledged when held, and their clock's combined update is replicated when the
+    /// clock completes. Links to servers that left the plan are closed.
+    void replicate(replication_plan plan) {
+        std::vector<std::shared_ptr<detail::request_link>> gone;
+        outbox out;
+        {
+            std::lock_guard lock(state_->mutex);
+            if (plan.version <= state_->plan.version && state_->plan.version != 0) {
+                return;
+            }
+            auto old = std::move(state_->plan);
+            state_->plan = std::move(plan);
+            for (auto it = state_->links.begin(); it != state_->links.end();) {
+                if (!state_->in_plan(it->first)) {
+                    gone.push_back(it->second);
+                    it = state_->links.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            for (const auto& [primary, chain] : state_->plan.chains) {
+                for (const auto& peer : chain) {
+                    if (peer.id != state_->opts.node_id && !state_->links.count(peer.id)) {
+                        state_->links.emplace(peer.id, std::make_shared<detail::request_link>(
+                                                           transport_, peer.address,
+                                                           state_->opts.replication_timeout));
+                    }
+                }
+            }
+            state_->follow_chains(old);
+            state_->rereplicate(old);
+            state_->resume(out);
+        }
+        state_->send(out);
+        for (auto& l : gone) {
+            l->close(make_error_code(errc::node_failed));
+        }
+    }
+
+    /// Empty, or the failed servers whose keys this server took over without a full copy
+    /// of them (more servers failed at once than the tables have replicas): it then
+    /// refuses workers' requests with `errc::data_lost` rather than serve a wrong model.
+    [[nodiscard]] std::string data_lost() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->lost;
+    }
+
+    /// The newest clock whose combined update this server applied as a replica of some
+    /// primary, plus one (0 when none): how far the replicated clocks of a table got.
+    [[nodiscard]] std::uint64_t replicated_clock(std::uint32_t table_id) const {
+        std::lock_guard lock(state_->mutex);
+        auto it = state_->tables.find(table_id);
+        if (it == state_->tables.end()) {
+            return 0;
+        }
+        std::uint64_t c = 0;
+        for (const auto& [origin, clock] : it->second.replicated) {
+            c = std::max(c, clock);
+        }
+        return c;
+    }
+
+    /// Every row of a table this server stores (as a primary or a replica), keys
+    /// ascending: the rows a checkpoint of the server would write. Empty (rows 0) for a
+    /// table it does not hold. @throws std::bad_alloc
+    [[nodiscard]] shard_table rows(std::uint32_t table_id) const {
+        std::lock_guard lock(state_->mutex);
+        auto it = state_->tables.find(table_id);
+        if (it == state_->tables.end() || !it->second.table) {
+            shard_table t;
+            t.table_id = table_id;
+            return t;
+        }
+        return it->second.table->dump(table_id);
+    }
 
     /// Worker `worker` takes no further part in any table's clock (it left the job or
     /// failed): nobody waits for it any more. Unknown workers are ignored.
@@ -303,7 +413,12 @@ private:
         std::unique_ptr<detail::table_base> table;
         clock_gate<waiting> gate;
         std::uint64_t held_bytes = 0;
-        bool mean = false; // aggregation::mean for the pushes of a clock
+        bool mean = false;          // aggregation::mean for the pushes of a clock
+        std::uint32_t replicas = 7; // the table's replicas at most (table_spec::replicas)
+        // As a replica: per primary, the newest clock whose combined update arrived, + 1.
+        std::map<std::uint32_t, std::uint64_t> replicated;
+        // As a primary: the clocks whose rows went down the chain, not yet acknowledged.
+        std::deque<std::uint64_t> unacked;
     };
 
     /// Replies to send once the lock is released.
@@ -311,11 +426,40 @@ private:
 
     struct state {
         server_options opts;
+        std::weak_ptr<state> self; // for callbacks that may outlive the server
+        replication_plan plan;
+        std::map<std::uint32_t, std::shared_ptr<detail::request_link>> links; // to peers
         std::shared_ptr<buffer_pool> pool;
         wire::wire_limits limits;
         logger log;
         mutable std::mutex mutex;
         std::map<std::uint32_t, table_slot> tables;
+        std::vector<waiting> held_back; // replica updates sent under a newer view than ours
+        // Primaries whose chain this server joined (or whose keys grew) and whose copy has
+        // not arrived in full yet.
+        std::set<std::uint32_t> syncing;
+        // Why this server refuses workers: it took over keys it held no full copy of.
+        std::string lost;
+        // The plan version a replica refused as outdated: no writes until a newer one.
+        std::optional<std::uint64_t> outdated;
+        // The update ids of the pushes applied or held here, newest last (a window).
+        std::unordered_set<std::uint64_t> applied_ids;
+        std::deque<std::uint64_t> applied_order;
+        static constexpr std::size_t max_remembered = std::size_t{1} << 18;
+
+        bool applied_before(std::uint64_t id) const {
+            return id != 0 && applied_ids.count(id) != 0;
+        }
+        void remember(std::uint64_t id) {
+            if (id == 0 || !applied_ids.insert(id).second) {
+                return;
+            }
+            applied_order.push_back(id);
+            if (applied_order.size() > max_remembered) {
+                applied_ids.erase(applied_order.front());
+                applied_order.pop_front();
+            }
+        }
         std::vector<bool> departed_all; // workers gone from every table, also future ones
 
         /// A reply's status: Petrel's own error codes travel as they are, any other as
@@ -358,7 +502,12 @@ private:
                 std::lock_guard lock(mutex);
                 switch (m.header.kind) {
                 case wire::message_kind::push:
-                    on_push(c, std::move(m), out);
+                    if ((m.header.flags & wire::flag_replica) != 0 &&
+                        (m.header.view > plan.version || holds_back(c))) {
+                        hold_back(c, std::move(m), out);
+                    } else {
+                        on_push(c, std::move(m), out);
+                    }
                     break;
                 case wire::message_kind::pull:
                 case wire::message_kind::call:
@@ -388,10 +537,45 @@ private:
             }
         }
 
+        /// Whether replica updates from `c` wait for a newer view (the ones after them wait
+        /// too, so that each connection's updates apply in order).
+        bool holds_back(const connection_ptr& c) const {
+            return std::any_of(held_back.begin(), held_back.end(),
+                               [&](const waiting& w) { return w.conn == c; });
+        }
+
+        /// Keeps a replica update until the plan of its view arrives (`resume`).
+        void hold_back(const connection_ptr& c, wire::message&& m, outbox& out) {
+            if (held_back.size() >= opts.max_parked) {
+                out.emplace_back(
+                    c, refusal(m.header, wire::message_kind::push_reply, errc::backlog_full));
+                return;
+            }
+            held_back.push_back({c, std::move(m)});
+        }
+
+        /// Applies the held-back updates that the current plan covers, in arrival order.
+        void resume(outbox& out) {
+            auto list = std::move(held_back);
+            held_back.clear();
+            std::vector<const connection*> blocked;
+            for (auto& w : list) {
+                const bool after_blocked =
+                    std::find(blocked.begin(), blocked.end(), w.conn.get()) != blocked.end();
+                if (after_blocked || w.request.header.view > plan.version) {
+                    blocked.push_back(w.conn.get());
+                    held_back.push_back(std::move(w));
+                    continue;
+                }
+                on_push(w.conn, std::move(w.request), out);
+            }
+        }
+
         /// A connection closed: the reads it parked need no answer. Its held pushes were
         /// acknowledged and stay.
         void forget(const connection_ptr& c) {
             std::lock_guard lock(mutex);
+            std::erase_if(held_back, [&](const waiting& w) { return w.conn == c; });
             for (auto& [id, slot] : tables) {
                 slot.gate.remove_if([&](const waiting& w) {
                     return w.conn == c && w.request.header.kind != wire::message_kind::push;
@@ -452,6 +636,9 @@ private:
             auto& s = tables.try_emplace(id, opts.workers).first->second;
             s.table = std::move(storage);
             s.mean = declared && declared->spec.aggregate == aggregation::mean;
+            if (declared && declared->spec.replicas) {
+                s.replicas = *declared->spec.replicas;
+            }
             for (std::uint32_t w = 0; w < departed_all.size(); ++w) {
                 if (departed_all[w]) {
                     s.gate.depart(w);
@@ -460,16 +647,118 @@ private:
             return &s;
         }
 
+        /// Whether server `id` is on some chain of the plan.
+        bool in_plan(std::uint32_t id) const {
+            for (const auto& [primary, chain] : plan.chains) {
+                for (const auto& p : chain) {
+                    if (p.id == id) {
+                        return true;
+                    }
+                }
+            }
+            return false;
+        }
+
+        /// The server after this one on the chain of primary `origin`, for a table of
+        /// `replicas` copies; null at the chain's tail. A replica update from a primary
+        /// whose chain does not hold this server gets `errc::stale_view`.
+        const replication_plan::peer* next_hop(std::uint32_t origin, std::uint32_t replicas,
+                                               std::error_code& ec) const {
+            auto it = plan.chains.find(origin);
+            const bool primary = origin == opts.node_id;
+            if (it == plan.chains.end()) {
+                if (!primary) {
+                    ec = errc::stale_view;
+                }
+                return nullptr;
+            }
+            const auto& chain = it->second;
+            std::size_t at = 0;
+            while (at < chain.size() && chain[at].id != opts.node_id) {
+                ++at;
+            }
+            if (at == chain.size() || (at == 0) != primary) {
+                ec = errc::stale_view;
+                return nullptr;
+            }
+            const std::size_t tail = std::min<std::size_t>(replicas, chain.size() - 1);
+            return at < tail ? &chain[at + 1] : nullptr;
+        }
+
+        /// Sends `update` (an update this server applied) to `next` on the chain of primary
+        /// `origin`, and calls `done` once `next` has applied it, or with the error that
+        /// ended the wait (logged: the update lives on fewer copies; `errc::stale_view`
+        /// when `next` no longer takes this server's updates: this server's view is out of
+        /// date). Called under the lock, so that updates leave in the order they were
+        /// applied.
+        void forward(const replication_plan::peer& next, std::uint32_t origin, wire::message update,
+                     std::function<void(std::error_code)> done) {
+            const auto found = links.find(next.id);
+            if (found == links.end()) {
+                if (log) {
+                    log(log_level::error, "petrel server " + std::to_string(opts.node_id) +
+                                              ": no link to server " + std::to_string(next.id));
+                }
+                if (done) {
+                    done(make_error_code(errc::node_failed));
+                }
+                return;
+            }
+            const auto link = found->second;
+            auto& h = update.header;
+            h.kind = wire::message_kind::push;
+            h.flags = static_cast<std::uint8_t>(
+                (h.flags & (wire::flag_key_runs | wire::flag_ordered | wire::flag_transfer)) |
+                wire::flag_replica);
+            h.sender = opts.node_id;
+            h.receiver = origin;
+            h.view = plan.version;
+            h.status = 0;
+            h.encoding = 0;
+            h.key_list_id = 0;
+            h.key_list_digest = 0;
+            h.clocks.clear();
+            update.segments[wire::lengths_segment] = {};
+            h.segment_bytes[wire::lengths_segment] = 0;
+            link->request(
+                std::move(update),
+                [done = std::move(done), log = log, self = opts.node_id, to = next.id,
+                 table = h.table_id](std::error_code ec, wire::message&&) {
+                    if (ec && log) {
+                        log(log_level::warning,
+                            "petrel server " + std::to_string(self) + ": server " +
+                                std::to_string(to) + " did not apply a replica update of table " +
+                                std::to_string(table) + " (" + ec.message() + ")" +
+                                (ec == errc::stale_view ? "" : "; it lives on fewer copies"));
+                    }
+                    if (done) {
+                        done(ec);
+                    }
+                });
+        }
+
         void on_push(const connection_ptr& c, wire::message&& m, outbox& out) {
             const auto h = m.header;
-            const bool ordered = (h.flags & wire::flag_ordered) != 0;
+            const bool replica = (h.flags & wire::flag_replica) != 0;
+            const bool ordered = !replica && (h.flags & wire::flag_ordered) != 0;
+            const bool transfer = replica && (h.flags & wire::flag_transfer) != 0;
             if ((h.encoding & wire::encoding_keys_cached) != 0) {
                 // The keys are a list this connection does not hold: the worker resends them.
                 out.emplace_back(c,
                                  refusal(h, wire::message_kind::push_reply, errc::key_cache_miss));
                 return;
             }
-            std::error_code ec = check_worker(h, ordered);
+            if (transfer && !(h.flags & wire::flag_ordered) && h.key_count == 0) {
+                end_of_copy(c, std::move(m), out);
+                return;
+            }
+            std::error_code ec = replica ? std::error_code{} : check_worker(h, ordered);
+            if (!ec && !replica && !lost.empty()) {
+                ec = errc::data_lost;
+            }
+            if (!ec && !replica && outdated && plan.version <= *outdated) {
+                ec = errc::stale_view; // the chain moved on: wait for the newer view
+            }
             if (!ec && !m.lengths().empty()) {
                 ec = errc::invalid_argument; // variable-length rows: not supported by tables
             }
@@ -477,13 +766,27 @@ private:
             if (!ec && ordered && s->held_bytes + bytes_of(m) > opts.max_held_bytes) {
                 ec = errc::backlog_full;
             }
+            if (!ec && !transfer && duplicate(*s, h)) {
+                // Applied (or held) here before: a push resent after a failure.
+                auto reply = reply_to(h, wire::message_kind::push_reply);
+                if (!replica) {
+                    reply.header.clocks = s->gate.entries(range_of(h), max_entries());
+                    reply.header.clock = durable(*s);
+                }
+                out.emplace_back(c, std::move(reply));
+                return;
+            }
+            const std::uint32_t origin = replica ? h.receiver : opts.node_id;
+            const replication_plan::peer* next =
+                ec || ordered ? nullptr : next_hop(origin, s->replicas, ec);
             if (!ec) {
-                ec = accept(*s, m);
+                ec = transfer ? load_rows(*s, m) : accept(*s, m);
             }
             if (ec) {
                 out.emplace_back(c, refusal(h, wire::message_kind::push_reply, ec));
                 return;
             }
+            remember(h.update_id);
             if (ordered) {
                 s->held_bytes += bytes_of(m);
                 // Acknowledged now: the held push needs no connection any more.
@@ -491,12 +794,397 @@ private:
                 if (s->gate.completed(range_of(h)) > h.clock) {
                     release(*s, out); // already complete: the others have moved on
                 }
-            } else {
+            } else if (!transfer) {
                 s->table->apply(m);
             }
+            if (transfer && (h.flags & wire::flag_ordered) != 0) {
+                auto& r = s->replicated[origin]; // the rows after the primary's clock h.clock
+                r = std::max(r, h.clock + 1);
+            }
             auto reply = reply_to(h, wire::message_kind::push_reply);
-            reply.header.clocks = s->gate.entries(range_of(h), max_entries());
+            if (!replica) {
+                reply.header.clocks = s->gate.entries(range_of(h), max_entries());
+                reply.header.clock = durable(*s);
+            }
+            if (next) {
+                // Acknowledged once the rest of the chain has applied it.
+                forward(*next, origin, std::move(m),
+                        [c, reply = std::make_shared<wire::message>(std::move(reply)), weak = self,
+                         version = plan.version](std::error_code ec) {
+                            if (ec == errc::stale_view) {
+                                // The chain moved on without this server: it takes no more
+                                // writes until a newer view reaches it, and the worker sends
+                                // the push to the owner its newer view names.
+                                if (auto st = weak.lock()) {
+                                    std::lock_guard lock(st->mutex);
+                                    st->outdated = std::max(st->outdated.value_or(0), version);
+                                }
+                                reply->header.status = status_of(ec);
+                                reply->header.clocks.clear();
+                            }
+                            c->send(std::move(*reply));
+                        });
+                return;
+            }
             out.emplace_back(c, std::move(reply));
+        }
+
+        /// The table's durable clock: every push of the clocks below it is applied here and
+        /// on the table's replicas. Written as the `clock` of push and clock replies, so
+        /// that workers keep their ordered pushes until then (and resend them elsewhere if
+        /// this server fails first).
+        static std::uint64_t durable(const table_slot& s) {
+            const auto done = s.gate.completed(clock_gate<waiting>::all());
+            return s.unacked.empty() ? done : std::min(done, s.unacked.front());
+        }
+
+        /// The end of a primary's copy down its chain: this server holds its keys whole.
+        void end_of_copy(const connection_ptr& c, wire::message&& m, outbox& out) {
+            const auto h = m.header;
+            std::error_code ec;
+            const auto* next = next_hop(h.receiver, 7, ec);
+            if (ec) {
+                out.emplace_back(c, refusal(h, wire::message_kind::push_reply, ec));
+                return;
+            }
+            syncing.erase(h.receiver);
+            auto reply = reply_to(h, wire::message_kind::push_reply);
+            if (next) {
+                forward(*next, h.receiver, std::move(m),
+                        [c, reply = std::make_shared<wire::message>(std::move(reply))](
+                            std::error_code ec) {
+                            reply->header.status =
+                                status_of(ec == errc::stale_view ? ec : std::error_code{});
+                            c->send(std::move(*reply));
+                        });
+                return;
+            }
+            out.emplace_back(c, std::move(reply));
+        }
+
+        /// Drops from `t` the rows this server holds as a replica (their primary saves
+        /// them, and a replica's copy may lag a clock behind).
+        void keep_primary_rows(shard_table& t) const {
+            if (!plan.partition_of || plan.primaries.empty()) {
+                return; // no replication plan: every row is this server's
+            }
+            const std::size_t ks = wire::size_of(t.key_type);
+            const std::size_t vs = wire::size_of(t.value_type);
+            const std::size_t row = t.width * vs;
+            const std::size_t state = t.state_width * vs;
+            std::uint64_t kept = 0;
+            for (std::uint64_t r = 0; r < t.rows; ++r) {
+                std::uint64_t key = 0;
+                std::memcpy(&key, t.keys.data() + r * ks, ks); // little-endian
+                const auto p = plan.partition_of(key);
+                if (p >= plan.primaries.size() || plan.primaries[p] != opts.node_id) {
+                    continue;
+                }
+                if (kept != r) {
+                    std::memmove(t.keys.data() + kept * ks, t.keys.data() + r * ks, ks);
+                    std::memmove(t.values.data() + kept * row, t.values.data() + r * row, row);
+                    std::memmove(t.state.data() + kept * state, t.state.data() + r * state, state);
+                }
+                ++kept;
+            }
+            t.rows = kept;
+            t.keys.resize(kept * ks);
+            t.values.resize(kept * row);
+            t.state.resize(kept * state);
+        }
+
+        /// Whether push `h` was applied here before: its update id was seen, or it is an
+        /// ordered push resent from failed server `h.receiver` whose clock this server
+        /// already received combined from that server as its replica.
+        bool duplicate(const table_slot& s, const wire::message_header& h) const {
+            if (applied_before(h.update_id)) {
+                return true;
+            }
+            if ((h.flags & wire::flag_resent) != 0 && (h.flags & wire::flag_ordered) != 0) {
+                const auto it = s.replicated.find(h.receiver);
+                return it != s.replicated.end() && h.clock < it->second;
+            }
+            return false;
+        }
+
+        /// Stores the rows of a transfer (`wire::flag_transfer`) in the table, replacing
+        /// what was there: all or nothing.
+        std::error_code load_rows(table_slot& s, const wire::message& m) {
+            const auto& h = m.header;
+            if ((h.flags & wire::flag_key_runs) != 0) {
+                return errc::invalid_argument;
+            }
+            if (!s.table) {
+                // A table not declared (declared ones exist once named): it sums and keeps
+                // no optimizer state, so a row is its values.
+                s.table = detail::make_table(h);
+            }
+            auto& t = *s.table;
+            const std::uint32_t state = t.state_values();
+            if (h.key_type != t.key_type() || h.value_type != t.value_type()) {
+                return h.key_type != t.key_type() ? errc::key_type_mismatch
+                                                  : errc::value_type_mismatch;
+            }
+            if (h.width != t.width() + state) {
+                return errc::width_mismatch;
+            }
+            try {
+                shard_table rows;
+                rows.table_id = h.table_id;
+                rows.key_type = h.key_type;
+                rows.value_type = h.value_type;
+                rows.width = t.width();
+                rows.state_width = state;
+                rows.rows = h.key_count;
+                const auto keys = m.keys().span();
+                rows.keys.assign(keys.begin(), keys.end());
+                const std::size_t vs = wire::size_of(h.value_type);
+                const std::size_t stride = std::size_t{h.width} * vs;
+                const auto values = m.values().span();
+                rows.values.resize(h.key_count * t.width() * vs);
+                rows.state.resize(h.key_count * state * vs);
+                for (std::uint64_t r = 0; r < h.key_count; ++r) {
+                    const auto* row = values.data() + r * stride;
+                    std::memcpy(rows.values.data() + r * t.width() * vs, row, t.width() * vs);
+                    std::memcpy(rows.state.data() + r * state * vs, row + t.width() * vs,
+                                state * vs);
+                }
+                t.load(rows, [](std::uint64_t) { return true; });
+            } catch (const std::bad_alloc&) {
+                return errc::out_of_memory;
+            } catch (const std::out_of_range&) {
+                return errc::key_out_of_range;
+            }
+            return {};
+        }
+
+        /// After a new plan: marks the primaries whose copy this server now waits for (it
+        /// joined their chain, or their keys grew), and notes data lost when this server
+        /// took over partitions of a primary of which it held no full copy.
+        void follow_chains(const replication_plan& old) {
+            const auto self = opts.node_id;
+            auto in_chain = [self](const replication_plan& p, std::uint32_t primary) {
+                auto c = p.chains.find(primary);
+                if (c == p.chains.end()) {
+                    return false;
+                }
+                for (std::size_t i = 1; i < c->second.size(); ++i) {
+                    if (c->second[i].id == self) {
+                        return true;
+                    }
+                }
+                return false;
+            };
+            if (old.version == 0) {
+                return; // the job's first plan: nothing stored yet, every copy is whole
+            }
+            std::set<std::uint32_t> took_from;
+            std::set<std::uint32_t> grew;
+            const std::size_t n = std::min(old.primaries.size(), plan.primaries.size());
+            for (std::size_t p = 0; p < n; ++p) {
+                if (plan.primaries[p] != old.primaries[p]) {
+                    grew.insert(plan.primaries[p]);
+                    if (plan.primaries[p] == self) {
+                        took_from.insert(old.primaries[p]);
+                    }
+                }
+            }
+            for (const auto from : took_from) {
+                if (from == self) {
+                    continue;
+                }
+                if (!in_chain(old, from) || syncing.count(from) != 0) {
+                    lost +=
+                        (lost.empty() ? "" : ", ") + std::string("server ") + std::to_string(from);
+                }
+            }
+            if (!lost.empty() && log) {
+                log(log_level::error, "petrel server " + std::to_string(self) +
+                                          ": took over keys of failed " + lost +
+                                          " without a full copy of them: they are lost; "
+                                          "requests are refused with data_lost");
+            }
+            for (const auto& [primary, chain] : plan.chains) {
+                if (primary != self && in_chain(plan, primary) &&
+                    (!in_chain(old, primary) || grew.count(primary) != 0)) {
+                    syncing.insert(primary);
+                }
+            }
+            std::erase_if(syncing, [&](std::uint32_t p) { return !in_chain(plan, p); });
+        }
+
+        /// After a new plan: when this server's chain has new members or this server
+        /// became the primary of more partitions, every row it is the primary of is copied
+        /// down its chain (in pieces of at most `transfer_bytes`), ahead of any later
+        /// update on the same links, so that each replica again holds what the primary
+        /// holds.
+        void rereplicate(const replication_plan& old) {
+            const auto self = opts.node_id;
+            auto it = plan.chains.find(self);
+            if (it == plan.chains.end() || it->second.size() < 2 || !plan.partition_of) {
+                return;
+            }
+            const auto& chain = it->second;
+            auto ids = [](const replication_plan& p, std::uint32_t id) {
+                std::vector<std::uint32_t> out;
+                if (auto c = p.chains.find(id); c != p.chains.end()) {
+                    for (const auto& peer : c->second) {
+                        out.push_back(peer.id);
+                    }
+                }
+                return out;
+            };
+            bool grew = false;
+            for (std::size_t p = 0; p < plan.primaries.size(); ++p) {
+                if (plan.primaries[p] == self &&
+                    (p >= old.primaries.size() || old.primaries[p] != self)) {
+                    grew = true;
+                    break;
+                }
+            }
+            const auto before = ids(old, self);
+            const auto now = ids(plan, self);
+            bool copied = false;
+            const bool changed = grew || before != now;
+            for (auto& [id, s] : tables) {
+                const std::size_t tail = std::min<std::size_t>(s.replicas, chain.size() - 1);
+                if (tail == 0 || !s.table) {
+                    continue;
+                }
+                const bool same = before.size() >= tail + 1 &&
+                                  std::equal(now.begin(), now.begin() + tail + 1, before.begin());
+                if (same && !grew && old.version != 0) {
+                    continue;
+                }
+                try {
+                    transfer(id, s, chain[1]);
+                    copied = true;
+                } catch (const std::bad_alloc&) {
+                    if (log) {
+                        log(log_level::error,
+                            "petrel server " + std::to_string(self) + ": no memory to copy table " +
+                                std::to_string(id) + " to server " + std::to_string(chain[1].id));
+                    }
+                }
+            }
+            if ((copied || changed) && old.version != 0) {
+                // The end of the copy: the chain's servers hold this server's keys whole.
+                wire::message end;
+                end.header.kind = wire::message_kind::push;
+                end.header.flags = wire::flag_transfer;
+                end.header.worker = wire::no_worker;
+                forward(chain[1], self, std::move(end), {});
+            }
+        }
+
+        /// The most payload bytes of one transfer message.
+        static constexpr std::uint64_t transfer_bytes = std::uint64_t{4} << 20;
+
+        /// Sends the rows of table `id` whose primary is this server to `next`, in pieces.
+        void transfer(std::uint32_t id, table_slot& s, const replication_plan::peer& next) {
+            const auto self = opts.node_id;
+            const shard_table all = s.table->dump(id);
+            const std::size_t ks = wire::size_of(all.key_type);
+            const std::size_t vs = wire::size_of(all.value_type);
+            const std::size_t width = all.width;
+            const std::size_t state = all.state_width;
+            const std::size_t row_bytes = ks + (width + state) * vs;
+            const std::uint64_t per_message =
+                std::max<std::uint64_t>(1, transfer_bytes / row_bytes);
+            std::vector<std::uint64_t> mine;
+            for (std::uint64_t r = 0; r < all.rows; ++r) {
+                std::uint64_t key = 0;
+                std::memcpy(&key, all.keys.data() + r * ks, ks); // little-endian
+                const auto p = plan.partition_of(key);
+                if (p < plan.primaries.size() && plan.primaries[p] == self) {
+                    mine.push_back(r);
+                }
+            }
+            std::size_t sent = 0;
+            for (std::size_t from = 0; from < mine.size(); from += per_message) {
+                const std::size_t n = std::min<std::size_t>(per_message, mine.size() - from);
+                std::vector<std::byte> keys(n * ks);
+                std::vector<std::byte> rows(n * (width + state) * vs);
+                std::uint64_t lo = ~std::uint64_t{0};
+                std::uint64_t hi = 0;
+                for (std::size_t j = 0; j < n; ++j) {
+                    const std::uint64_t r = mine[from + j];
+                    std::memcpy(keys.data() + j * ks, all.keys.data() + r * ks, ks);
+                    std::uint64_t key = 0;
+                    std::memcpy(&key, all.keys.data() + r * ks, ks);
+                    lo = std::min(lo, key);
+                    hi = std::max(hi, key);
+                    auto* row = rows.data() + j * (width + state) * vs;
+                    std::memcpy(row, all.values.data() + r * width * vs, width * vs);
+                    std::memcpy(row + width * vs, all.state.data() + r * state * vs, state * vs);
+                }
+                wire::message m;
+                m.header.kind = wire::message_kind::push;
+                m.header.flags = wire::flag_transfer;
+                m.header.table_id = id;
+                m.header.key_type = all.key_type;
+                m.header.value_type = all.value_type;
+                m.header.width = static_cast<std::uint32_t>(width + state);
+                m.header.key_count = n;
+                m.header.range_begin = lo;
+                m.header.range_end = hi + 1;
+                m.header.worker = wire::no_worker;
+                m.set_segment(wire::keys_segment, shared_bytes::copy_of(keys));
+                m.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
+                forward(next, self, std::move(m), {});
+                sent += n;
+            }
+            if (log && sent > 0) {
+                log(log_level::info, "petrel server " + std::to_string(self) + ": copying " +
+                                         std::to_string(sent) + " rows of table " +
+                                         std::to_string(id) + " down its chain to server " +
+                                         std::to_string(next.id));
+            }
+        }
+
+        /// As a primary with replicas: applies the pushes of one complete clock, then
+        /// sends the rows they changed (values and optimizer state) down the chain, so
+        /// that the replicas receive one update per clock, not every worker's push, and
+        /// hold bitwise what the primary holds. False when the table is not replicated
+        /// here.
+        bool replicate_clock(table_slot& s, std::span<const wire::message* const> pushes) {
+            std::error_code ec;
+            const auto* next = next_hop(opts.node_id, s.replicas, ec);
+            if (!next) {
+                return false;
+            }
+            s.table->apply_clock(pushes, s.mean);
+            wire::message rows;
+            try {
+                rows = s.table->rows_of(pushes);
+            } catch (const std::bad_alloc&) {
+                if (log) {
+                    log(log_level::error, "petrel server " + std::to_string(opts.node_id) +
+                                              ": no memory to replicate clock " +
+                                              std::to_string(pushes.front()->header.clock) +
+                                              "; it is applied here only");
+                }
+                return true;
+            }
+            rows.header.worker = wire::no_worker;
+            rows.header.update_id = 0;
+            rows.header.flags |= wire::flag_ordered; // the rows after clock `clock`
+            const auto clock = rows.header.clock;
+            const auto table = rows.header.table_id;
+            s.unacked.push_back(clock);
+            forward(*next, opts.node_id, std::move(rows),
+                    [weak = self, table, clock](std::error_code) {
+                        if (auto st = weak.lock()) {
+                            std::lock_guard lock(st->mutex);
+                            if (auto it = st->tables.find(table); it != st->tables.end()) {
+                                auto& q = it->second.unacked;
+                                if (auto at = std::find(q.begin(), q.end(), clock); at != q.end()) {
+                                    q.erase(at);
+                                }
+                            }
+                        }
+                    });
+            return true;
         }
 
         /// Creates the table if needed, checks the push against it and creates its new
@@ -530,6 +1218,9 @@ private:
             std::error_code ec = (h.encoding & wire::encoding_keys_cached) != 0
                                      ? make_error_code(errc::key_cache_miss)
                                      : check_worker(h, false);
+            if (!ec && !lost.empty()) {
+                ec = errc::data_lost;
+            }
             table_slot* s = ec ? nullptr : slot(h.table_id, ec);
             if (!ec && !s->gate.readable(range_of(h), h.clock) &&
                 s->gate.parked() >= opts.max_parked) {
@@ -574,6 +1265,7 @@ private:
             auto reply = reply_to(h, wire::message_kind::clock_reply);
             if (auto it = tables.find(h.table_id); it != tables.end()) {
                 reply.header.clocks = it->second.gate.entries(range_of(h), max_entries());
+                reply.header.clock = durable(it->second);
             }
             out.emplace_back(c, std::move(reply));
         }
@@ -609,7 +1301,9 @@ private:
                 s.held_bytes -= bytes_of(m);
                 if (i + 1 == r.pushes.size() ||
                     r.pushes[i + 1].request.header.clock != m.header.clock) {
-                    s.table->apply_clock(clock_pushes, s.mean);
+                    if (!replicate_clock(s, clock_pushes)) {
+                        s.table->apply_clock(clock_pushes, s.mean);
+                    }
                     clock_pushes.clear();
                 }
             }
@@ -681,6 +1375,7 @@ private:
                 shard_table t;
                 if (s.table) {
                     t = s.table->dump(h.table_id);
+                    keep_primary_rows(t); // replicas' copies are their primaries' to save
                 } else {
                     // Never pushed here: an empty shard of the request's types.
                     t.table_id = h.table_id;

@@ -36,6 +36,10 @@ struct table_spec {
     initializer init{};
     /// How `sequential` pushes of one clock are combined before the update.
     petrel::aggregation aggregate = petrel::aggregation::sum;
+    /// Copies of the table besides the primary's: at most the job's replicas (the ring's
+    /// `replicas`), which it is when empty. 0 keeps a table of values that may be lost
+    /// (scratch, statistics) on its primaries only.
+    std::optional<std::uint32_t> replicas{};
 };
 
 /// The tables of a job by id, each with its key and value types, `table_spec` and update

@@ -63,9 +63,9 @@ struct frame_prefix {
 }
 
 /// Bytes of the serialized header `h` (Cereal's binary archive writes each field as it
-/// is): 119 fixed bytes plus 28 per clock entry.
+/// is): 135 fixed bytes plus 28 per clock entry.
 [[nodiscard]] constexpr std::uint64_t encoded_header_bytes(const message_header& h) noexcept {
-    return 119 + 28 * static_cast<std::uint64_t>(h.clocks.size());
+    return 135 + 28 * static_cast<std::uint64_t>(h.clocks.size());
 }
 
 /// Bytes a frame carrying `h` takes on the wire: prefix, header and padded segments.

@@ -22,7 +22,7 @@ static_assert(std::endian::native == std::endian::little,
 /// "PTRL" read as a little-endian 32-bit number.
 inline constexpr std::uint32_t magic = 0x4C525450;
 /// Bumped on every incompatible change of the header or frame layout.
-inline constexpr std::uint16_t protocol_version = 3;
+inline constexpr std::uint16_t protocol_version = 4;
 /// The most clock entries one header may carry (bounds what a decoder allocates).
 inline constexpr std::uint32_t max_clock_entries = 4096;
 /// The largest body of a control message (membership, barriers, heartbeats).
@@ -67,6 +67,20 @@ enum message_flag : std::uint8_t {
     /// pull, call: the worker takes a reply whose values are snappy-compressed, and the
     /// server compresses them where that pays (`server_options::compression`).
     flag_compress_reply = 16,
+    /// push, server → server: an update the primary of its keys applied (one worker's
+    /// push, or the combined pushes of a clock), for the replicas of its chain; `receiver`
+    /// names the primary and `clock` the update's clock.
+    flag_replica = 32,
+    /// push with `flag_replica`: rows copied whole down the primary's chain: the rows a
+    /// clock changed (with `flag_ordered`; `clock` is that clock), or every row of the
+    /// primary after its chain changed (re-replication, ended by a transfer of no rows).
+    /// `width` is the table's width plus its optimizer state per key, and each row's
+    /// values are followed by its state. The rows replace the receiver's.
+    flag_transfer = 64,
+    /// push: sent again, to the new owner of its keys, after the server it went to
+    /// failed; `receiver` names that server. An ordered push whose clock the new owner
+    /// already received combined from that server is acknowledged and dropped.
+    flag_resent = 128,
 };
 
 /// Bits of `message_header::encoding`: how the payload segments were encoded on the way.
@@ -171,6 +185,14 @@ struct message_header {
     /// key list on this connection (never 0) and the XXH64 digest of its bytes.
     std::uint64_t key_list_id = 0;
     std::uint64_t key_list_digest = 0;
+    /// The version of the sender's membership view (0 without a cluster): a server
+    /// holds back a replica update sent under a newer view than its own until that view
+    /// reaches it.
+    std::uint64_t view = 0;
+    /// push: the sender's number for this update, unique over the job (a random start per
+    /// store, then one more per push; 0 for none), kept by the primary and its replicas
+    /// so that a push resent after a failover is applied once.
+    std::uint64_t update_id = 0;
     /// On replies: the clocks of the range (every live worker's, per key range).
     std::vector<clock_entry> clocks;
     std::array<std::uint64_t, segment_count> segment_bytes{};
@@ -181,7 +203,7 @@ struct message_header {
     void save(Archive& ar) const {
         ar(magic, version, kind, flags, sender, receiver, request_id, table_id, key_type,
            value_type, width, status, range_begin, range_end, key_count, worker, clock, encoding,
-           key_list_id, key_list_digest);
+           key_list_id, key_list_digest, view, update_id);
         const auto n = static_cast<std::uint32_t>(clocks.size());
         ar(n);
         for (const auto& c : clocks) {
@@ -205,8 +227,8 @@ struct message_header {
             return;
         }
         ar(kind, flags, sender, receiver, request_id, table_id, key_type, value_type, width, status,
-           range_begin, range_end, key_count, worker, clock, encoding, key_list_id,
-           key_list_digest);
+           range_begin, range_end, key_count, worker, clock, encoding, key_list_id, key_list_digest,
+           view, update_id);
         std::uint32_t n = 0;
         ar(n);
         if (n > max_clock_entries) {

@@ -102,6 +102,12 @@ public:
     /// once per key. Their keys were reserved. Cannot fail: when there is no memory for
     /// the sums, the pushes are applied one by one instead.
     virtual void apply_clock(std::span<const wire::message* const> pushes, bool mean) noexcept = 0;
+    /// The rows of the keys of `pushes` as they are stored now (values, then optimizer
+    /// state), keys ascending and unique: the rows a clock's pushes changed, as a
+    /// transfer (`wire::flag_transfer`: width is the table's width plus its state). The
+    /// keys are stored. @throws std::bad_alloc
+    [[nodiscard]] virtual wire::message
+    rows_of(std::span<const wire::message* const> pushes) const = 0;
     /// Writes the rows of the pulled keys into `out` (initial values for keys never
     /// pushed).
     virtual void read(const wire::message& m, std::byte* out) const = 0;
@@ -411,6 +417,34 @@ public:
                 apply(*m);
             }
         }
+    }
+
+    [[nodiscard]] wire::message
+    rows_of(std::span<const wire::message* const> pushes) const override {
+        std::vector<Key> keys;
+        for (const auto* m : pushes) {
+            key_seq<Key>::of(*m).for_each([&](std::size_t, Key k) { keys.push_back(k); });
+        }
+        if (pushes.size() > 1) {
+            std::sort(keys.begin(), keys.end());
+            keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+        }
+        const std::size_t stride = width_ + state_width_;
+        std::vector<Value> rows(keys.size() * stride);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            std::memcpy(rows.data() + i * stride, rows_.row(find(keys[i])), stride * sizeof(Value));
+        }
+        wire::message out;
+        out.header = pushes.front()->header;
+        out.header.flags = wire::flag_transfer;
+        out.header.width = static_cast<std::uint32_t>(stride);
+        out.header.key_count = keys.size();
+        out.header.range_begin = keys.empty() ? 0 : std::uint64_t{keys.front()};
+        out.header.range_end = keys.empty() ? 0 : std::uint64_t{keys.back()} + 1;
+        out.set_segment(wire::keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+        out.set_segment(wire::values_segment,
+                        shared_bytes::copy_of(std::as_bytes(std::span(rows))));
+        return out;
     }
 
     void read(const wire::message& m, std::byte* out) const override {

@@ -1,0 +1,31 @@
+// Petrel: the chains along which servers replicate updates.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace petrel {
+
+/// Where a server's updates are replicated: each primary's chain of servers (chain
+/// replication), made from the job's membership view (`replication_plan_of`).
+struct replication_plan {
+    struct peer {
+        std::uint32_t id = 0;
+        /// Where the server listens ("host:port" for TCP).
+        std::string address{};
+        friend bool operator==(const peer&, const peer&) = default;
+    };
+    /// A plan replaces only an older one.
+    std::uint64_t version = 0;
+    /// For each primary: its chain, the primary first, then its live replicas in order.
+    std::map<std::uint32_t, std::vector<peer>> chains{};
+    /// The partition of a key, and each partition's primary: the keys a server is the
+    /// primary of, which it copies to the servers that join its chain.
+    std::function<std::uint32_t(std::uint64_t)> partition_of{};
+    std::vector<std::uint32_t> primaries{};
+};
+
+} // namespace petrel
