@@ -813,6 +813,17 @@ struct failover_job {
         }
     }
 
+    failover_job(const failover_job&) = delete;
+    failover_job& operator=(const failover_job&) = delete;
+
+    /// No view reaches a server, and nothing logs, once the job is torn down.
+    ~failover_job() {
+        for (auto& m : members) {
+            m->close();
+        }
+        io.stop();
+    }
+
     /// Server `i` (0-based) dies.
     void kill(std::size_t i) {
         members[i]->close();

@@ -22,11 +22,12 @@ cleanup() {
 trap cleanup EXIT
 # Starts the job's processes; the outputs go to $work/$1-rank<r>.{out,csv}.
 start() {
+    rm -f "$work/$1"-rank*.out "$work/$1"-rank*.csv # no epoch lines of an earlier run
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     pids=()
     for rank in $(seq 0 $((size - 1))); do
         PETREL_RANK=$rank PETREL_SIZE=$size PETREL_LOCAL_SIZE=$size \
-            PETREL_ROOT=127.0.0.1:$port PETREL_SERVERS=3 PETREL_HEARTBEAT_TIMEOUT=1000 \
+            PETREL_ROOT=127.0.0.1:$port PETREL_SERVERS=3 PETREL_HEARTBEAT_TIMEOUT=5000 \
             "$program" --model softmax --epochs 3 --train-limit 20000 --test-limit 5000 \
             --no-plot --csv "$work/$1-rank$rank.csv" >"$work/$1-rank$rank.out" 2>&1 &
         pids+=($!)

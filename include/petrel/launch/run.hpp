@@ -139,7 +139,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     int status = run_ok;
     {
         std::unique_ptr<manager_node> manager;
-        std::vector<std::unique_ptr<server_node>> servers;
+        std::vector<std::shared_ptr<server_node>> servers;
         std::vector<std::shared_ptr<member>> members; // servers first, then workers
         std::string root = s.root;
         try {
@@ -178,7 +178,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 so.tables = s.tables;
                 so.replication_timeout = std::min(s.request_timeout / 2, 2 * s.heartbeat_timeout);
                 auto server =
-                    std::make_unique<server_node>(tcp_transport(io.get_executor(), topts), so);
+                    std::make_shared<server_node>(tcp_transport(io.get_executor(), topts), so);
                 const auto bound = server->listen(detail::host_port(s.bind, 0));
                 members.push_back(make_member(
                     node_role::server, i, detail::host_port(s.advertise, detail::port_of(bound))));
@@ -237,8 +237,13 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         std::vector<std::size_t> subscriptions;
         if (status == run_ok) {
             for (std::size_t i = 0; i < servers.size(); ++i) {
-                server_node* server = servers[i].get();
-                auto follow = [server](const member::view_ptr& v) {
+                // A view may still arrive while the server goes away: hold it weakly.
+                std::weak_ptr<server_node> weak = servers[i];
+                auto follow = [weak](const member::view_ptr& v) {
+                    const auto server = weak.lock();
+                    if (!server) {
+                        return;
+                    }
                     for (const auto* n : v->of_role(node_role::worker)) {
                         if (n->state != node_state::alive) {
                             server->depart_worker(n->index);

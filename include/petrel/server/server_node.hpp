@@ -883,7 +883,10 @@ private:
                 if (kept != r) {
                     std::memmove(t.keys.data() + kept * ks, t.keys.data() + r * ks, ks);
                     std::memmove(t.values.data() + kept * row, t.values.data() + r * row, row);
-                    std::memmove(t.state.data() + kept * state, t.state.data() + r * state, state);
+                    if (state > 0) {
+                        std::memmove(t.state.data() + kept * state, t.state.data() + r * state,
+                                     state);
+                    }
                 }
                 ++kept;
             }
@@ -946,8 +949,10 @@ private:
                 for (std::uint64_t r = 0; r < h.key_count; ++r) {
                     const auto* row = values.data() + r * stride;
                     std::memcpy(rows.values.data() + r * t.width() * vs, row, t.width() * vs);
-                    std::memcpy(rows.state.data() + r * state * vs, row + t.width() * vs,
-                                state * vs);
+                    if (state > 0) {
+                        std::memcpy(rows.state.data() + r * state * vs, row + t.width() * vs,
+                                    state * vs);
+                    }
                 }
                 t.load(rows, [](std::uint64_t) { return true; });
             } catch (const std::bad_alloc&) {
@@ -1116,7 +1121,10 @@ private:
                     hi = std::max(hi, key);
                     auto* row = rows.data() + j * (width + state) * vs;
                     std::memcpy(row, all.values.data() + r * width * vs, width * vs);
-                    std::memcpy(row + width * vs, all.state.data() + r * state * vs, state * vs);
+                    if (state > 0) {
+                        std::memcpy(row + width * vs, all.state.data() + r * state * vs,
+                                    state * vs);
+                    }
                 }
                 wire::message m;
                 m.header.kind = wire::message_kind::push;

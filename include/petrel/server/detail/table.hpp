@@ -585,8 +585,10 @@ public:
         for (std::size_t j = 0; j < picked.size(); ++j) {
             Value* row = rows_.row(find(owned[j]));
             std::memcpy(row, values + picked[j] * width_, width_ * sizeof(Value));
-            std::memcpy(row + width_, state + picked[j] * state_width_,
-                        state_width_ * sizeof(Value));
+            if (state_width_ > 0) {
+                std::memcpy(row + width_, state + picked[j] * state_width_,
+                            state_width_ * sizeof(Value));
+            }
         }
     }
 
