@@ -932,8 +932,8 @@ int recovery_server(const std::string& root) {
     auto m = std::make_shared<petrel::member>(petrel::tcp_transport(b.executor(), quiet), o);
     m->async_join(asio::use_future).get();
     server.set_node_id(m->id());
-    auto follow = [&server](const petrel::member::view_ptr& v) {
-        server.replicate(petrel::replication_plan_of(*v));
+    auto follow = [&server, secret = m->server_secret()](const petrel::member::view_ptr& v) {
+        petrel::follow_view(server, *v, secret);
     };
     m->subscribe(follow);
     follow(m->view());
@@ -1009,13 +1009,9 @@ double recovery_trial(std::chrono::milliseconds heartbeat_timeout) {
     for (int i = 0; i < 2; ++i) {
         auto* server = servers[static_cast<std::size_t>(i)].get();
         server->set_node_id(members[static_cast<std::size_t>(i)]->id());
-        auto follow = [server](const petrel::member::view_ptr& v) {
-            for (const auto* n : v->of_role(petrel::node_role::worker)) {
-                if (n->state != petrel::node_state::alive) {
-                    server->depart_worker(n->index);
-                }
-            }
-            server->replicate(petrel::replication_plan_of(*v));
+        auto follow = [server, secret = members[static_cast<std::size_t>(i)]->server_secret()](
+                          const petrel::member::view_ptr& v) {
+            petrel::follow_view(*server, *v, secret);
         };
         members[static_cast<std::size_t>(i)]->subscribe(follow);
         follow(members[static_cast<std::size_t>(i)]->view());

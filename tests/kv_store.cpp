@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <future>
 #include <latch>
 #include <numeric>
@@ -757,7 +759,25 @@ struct failover_job {
     std::vector<std::shared_ptr<petrel::member>> members; // servers, then workers
     std::vector<std::unique_ptr<petrel::worker_node>> workers;
 
-    failover_job(std::uint32_t n, std::uint32_t w, std::uint32_t replicas) {
+    std::string root;
+
+    std::shared_ptr<petrel::member> member_of(petrel::node_role role, std::uint32_t rank,
+                                              std::string address) {
+        petrel::transport_options t;
+        t.log = logs.logger();
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = "failover";
+        o.role = role;
+        o.rank = rank;
+        o.address = std::move(address);
+        o.heartbeat_interval = 100ms;
+        o.heartbeat_timeout = 1000ms;
+        return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), t), o);
+    }
+
+    failover_job(std::uint32_t n, std::uint32_t w, std::uint32_t replicas,
+                 std::uint32_t max_workers = 0) {
         petrel::transport_options t;
         t.log = logs.logger();
         manager = std::make_unique<petrel::manager_node>(
@@ -766,21 +786,11 @@ struct failover_job {
                 .job_id = "failover",
                 .servers = n,
                 .workers = w,
+                .max_workers = max_workers,
                 .ring = {.partitions = 64, .stripe_keys = 4, .replicas = replicas},
                 .heartbeat_timeout = 1000ms,
                 .startup_timeout = 20000ms});
-        const auto root = manager->listen("127.0.0.1:0");
-        auto member_of = [&](petrel::node_role role, std::uint32_t rank, std::string address) {
-            petrel::member_options o;
-            o.root = root;
-            o.job_id = "failover";
-            o.role = role;
-            o.rank = rank;
-            o.address = std::move(address);
-            o.heartbeat_interval = 100ms;
-            o.heartbeat_timeout = 1000ms;
-            return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), t), o);
-        };
+        root = manager->listen("127.0.0.1:0");
         for (std::uint32_t i = 0; i < n; ++i) {
             servers.push_back(std::make_unique<petrel::server_node>(
                 petrel::tcp_transport(io.executor(), t),
@@ -801,9 +811,10 @@ struct failover_job {
         for (std::uint32_t i = 0; i < n; ++i) {
             auto* server = servers[i].get();
             server->set_node_id(members[i]->id());
-            auto follow = [server](const petrel::member::view_ptr& v) {
-                server->replicate(petrel::replication_plan_of(*v));
-            };
+            auto follow =
+                [server, secret = members[i]->server_secret()](const petrel::member::view_ptr& v) {
+                    petrel::follow_view(*server, *v, secret);
+                };
             members[i]->subscribe(follow);
             follow(members[i]->view());
         }
@@ -811,6 +822,19 @@ struct failover_job {
             workers.push_back(std::make_unique<petrel::worker_node>(
                 petrel::tcp_transport(io.executor(), t), members[n + j], 20s));
         }
+    }
+
+    /// A worker joins the running job (the manager admits up to `max_workers`); returns
+    /// its index in `workers`.
+    std::size_t join_worker() {
+        petrel::transport_options t;
+        t.log = logs.logger();
+        members.push_back(
+            member_of(petrel::node_role::worker, static_cast<std::uint32_t>(members.size()), {}));
+        members.back()->async_join(asio::use_future).get();
+        workers.push_back(std::make_unique<petrel::worker_node>(
+            petrel::tcp_transport(io.executor(), t), members.back(), 20s));
+        return workers.size() - 1;
     }
 
     failover_job(const failover_job&) = delete;
@@ -833,9 +857,13 @@ struct failover_job {
 
 } // namespace
 
-TEMPLATE_TEST_CASE("kv_store: training goes on through a server failure, every update once",
-                   "[fault]", petrel::sequential, petrel::eventual) {
-    failover_job job(3, 2, 1);
+namespace {
+
+/// Workers 0 and 1 of `job` push ones on the same 3000 keys for 30 clocks; `midway` runs
+/// once both are halfway, while they train on. Returns how many of the sums each worker
+/// pulled at the end were not exact (2 per clock), over both workers.
+template <typename Consistency>
+std::size_t train_through(failover_job& job, const std::function<void()>& midway) {
     constexpr int clocks = 30;
     std::vector<key_t64> keys(3000);
     for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -846,7 +874,7 @@ TEMPLATE_TEST_CASE("kv_store: training goes on through a server failure, every u
     std::vector<std::future<std::size_t>> wrong;
     for (std::size_t j = 0; j < 2; ++j) {
         wrong.push_back(std::async(std::launch::async, [&, j] {
-            petrel::kv_store<key_t64, float, TestType> kv(*job.workers[j]);
+            petrel::kv_store<key_t64, float, Consistency> kv(*job.workers[j]);
             const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
             for (int c = 0; c < clocks; ++c) {
                 if (c == clocks / 2) {
@@ -860,21 +888,147 @@ TEMPLATE_TEST_CASE("kv_store: training goes on through a server failure, every u
             const auto got = kv.pull(keys, asio::use_future).get();
             std::size_t bad = 0;
             for (std::size_t i = 0; i < keys.size(); ++i) {
-                bad += got.values()(i) == float(2 * clocks) ? 0 : 1;
+                if (got.values()(i) != float(2 * clocks) && bad++ == 0) {
+                    std::fprintf(stderr, "worker %zu: key %llu holds %g, not %d\n", j,
+                                 static_cast<unsigned long long>(keys[i]), double(got.values()(i)),
+                                 2 * clocks);
+                }
             }
             return bad;
         }));
     }
     halfway.wait();
-    job.kill(1); // server 2: primary of a third of the keys, replica of another third
+    midway();
+    std::size_t bad = 0;
     for (auto& f : wrong) {
-        CHECK(f.get() == 0);
+        bad += f.get();
     }
+    return bad;
+}
+
+} // namespace
+
+TEMPLATE_TEST_CASE("kv_store: training goes on through a server failure, every update once",
+                   "[fault]", petrel::sequential, petrel::eventual) {
+    failover_job job(3, 2, 1);
+    // Server 2 dies: primary of a third of the keys, replica of another third.
+    CHECK(train_through<TestType>(job, [&] { job.kill(1); }) == 0);
     const auto v = job.members[0]->view();
     CHECK(v->find(job.members[1]->id())->state == petrel::node_state::failed);
     CHECK(v->failures().empty()); // its keys live on: not a failure of the job
     CHECK_FALSE(v->ring.holds(job.members[1]->id()));
     CHECK_THAT(job.logs.all(), Catch::Contains("moved to their replicas"));
+}
+
+TEMPLATE_TEST_CASE("kv_store: workers join and leave a running job, clocks follow them", "[fault]",
+                   petrel::sequential, (petrel::bounded_delay<1>)) {
+    // Workers 0 and 1 train from the start; worker 1 leaves after `leaves_at` clocks,
+    // worker 2 joins while they train and starts at the job's clock. Every push is
+    // counted exactly once, nobody waits for the worker that left, and the newcomer's
+    // pushes join the clocks it trains in.
+    failover_job job(3, 2, 1, 3);
+    constexpr std::uint64_t clocks = 24;
+    constexpr std::uint64_t leaves_at = 10;
+    std::vector<key_t64> keys(2000);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        keys[i] = i * 5;
+    }
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    std::atomic<std::uint64_t> started_at{0}; // the newcomer's first clock
+    std::latch running(1);
+    std::latch done(2); // the workers still training at the end
+    auto train = [&](std::size_t j, std::uint64_t until) {
+        petrel::kv_store<key_t64, float, TestType> kv(*job.workers[j]);
+        (void)kv.pull(keys, asio::use_future).get(); // a newcomer takes the job's clock
+        const auto first = kv.current_clock();
+        for (auto c = first; c < until; ++c) {
+            if (j == 0 && c == 4) {
+                running.count_down();
+            }
+            kv.push(keys, ones, asio::use_future).get();
+            kv.clock(asio::use_future).get();
+            std::this_thread::sleep_for(5ms);
+        }
+        return first;
+    };
+    auto first = std::async(std::launch::async, [&] {
+        train(0, clocks);
+        done.arrive_and_wait();
+        petrel::kv_store<key_t64, float, TestType> kv(*job.workers[0]);
+        return kv.pull(keys, asio::use_future).get();
+    });
+    auto leaver = std::async(std::launch::async, [&] {
+        train(1, leaves_at);
+        // Leaves: out of every clock, then out of the job.
+        CHECK_FALSE(job.workers[1]->finish(5s));
+        job.members[job.servers.size() + 1]->async_leave(asio::use_future).get();
+    });
+    running.wait();
+    const auto j = job.join_worker();
+    REQUIRE(j == 2);
+    auto late = std::async(std::launch::async, [&] {
+        started_at = train(j, clocks);
+        done.arrive_and_wait();
+    });
+    leaver.get();
+    late.get();
+    const auto got = first.get();
+    // The newcomer started at the clock the others had completed, not at 0.
+    INFO("the newcomer started at clock " << started_at.load());
+    CHECK(started_at.load() >= 4);
+    CHECK(started_at.load() < clocks);
+    const float expected = float(clocks + leaves_at + (clocks - started_at.load()));
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        wrong += got.values()(i) == expected ? 0 : 1;
+    }
+    CHECK(wrong == 0);
+    CHECK(got.values()(0) == expected);
+    for (auto& s : job.servers) {
+        CHECK(s->workers() == 3);
+    }
+    CHECK_THAT(job.logs.all(), Catch::Contains("worker 2 joined the tables' clocks"));
+}
+
+TEMPLATE_TEST_CASE("kv_store: a server hands its keys over and leaves during training", "[fault]",
+                   petrel::sequential, petrel::eventual) {
+    failover_job job(3, 2, 1);
+    // Server 2 leaves: its replicas hold its keys whole, so the manager moves them there
+    // and the server closes; the workers send what it had not answered to the new owners.
+    bool whole = false;
+    CHECK(train_through<TestType>(job, [&] {
+              whole = job.servers[1]->chain_whole();
+              job.members[1]->async_retire(asio::use_future).get();
+              job.servers[1]->close();
+          }) == 0);
+    CHECK(whole);
+    const auto v = job.members[0]->view();
+    CHECK(v->find(job.members[1]->id())->state == petrel::node_state::left);
+    CHECK(v->failures().empty());
+    CHECK_FALSE(v->ring.holds(job.members[1]->id()));
+    CHECK_THAT(job.logs.all(), Catch::Contains("left; its key ranges moved to their replicas"));
+    CHECK_THAT(job.logs.all(), !Catch::Contains("failed: "));
+}
+
+TEST_CASE("kv_store: a server whose keys have no other copy cannot leave", "[fault]") {
+    failover_job job(2, 1, 0);
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(*job.workers[0]);
+    std::vector<key_t64> keys(500);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    kv.push(keys, ones, asio::use_future).get();
+    try {
+        job.members[0]->async_retire(asio::use_future).get();
+        FAIL("a server left with keys nobody else holds");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::invalid_argument);
+    }
+    CHECK_THAT(job.logs.all(), Catch::Contains("cannot leave") &&
+                                   Catch::Contains("have no other live copy (replicas: 0)"));
+    // It stays in the job and keeps serving.
+    CHECK(kv.view()->find(job.members[0]->id())->state == petrel::node_state::alive);
+    kv.push(keys, ones, asio::use_future).get();
+    CHECK(kv.pull(keys, asio::use_future).get().values()(0) == 2.0f);
 }
 
 TEST_CASE("kv_store: a pull waiting on a server that dies is answered by its replica", "[fault]") {

@@ -465,6 +465,7 @@ public:
         {
             std::lock_guard lock(clock_->mutex);
             n = ++clock_->current;
+            clock_->started.store(true, std::memory_order_release);
             deps = std::move(clock_->pushes);
             clock_->pushes.clear();
             if (clock_->last_tick.valid()) {
@@ -730,11 +731,13 @@ private:
                 const bool durable = Consistency::ordered && !ec &&
                                      (reply.header.kind == wire::message_kind::push_reply ||
                                       reply.header.kind == wire::message_kind::clock_reply);
+                bool gone = false;
                 if (dropped || durable) {
                     if (auto s = pipe->owner.lock()) {
                         std::lock_guard lock(s->mutex);
                         if (s->owner && durable) {
                             s->owner->forget_durable(r->server, reply.header.clock);
+                            gone = s->owner->left_view(r->server);
                         }
                         if (s->owner && dropped && s->owner->park(r, ec)) {
                             return;
@@ -742,6 +745,11 @@ private:
                     }
                 }
                 r->settle(ec, std::move(reply));
+                if (gone) {
+                    // Acknowledged by a server the view already took out (it left while
+                    // this push was on its way): the push is retained, and now resent.
+                    review_parked(pipe->owner);
+                }
             });
     }
 
@@ -763,6 +771,13 @@ private:
     void retain(const std::shared_ptr<resilient>& r) {
         std::lock_guard lock(mutex_);
         retained_.push_back(r);
+    }
+
+    /// Whether the current view says server `server` is no longer alive.
+    bool left_view(node_id server) const {
+        std::lock_guard lock(mutex_);
+        const auto* n = placement_ ? placement_->view->find(server) : nullptr;
+        return n && n->state != node_state::alive;
     }
 
     /// Server `server` applied, here and on its replicas, every push of the clocks below
@@ -1143,7 +1158,10 @@ private:
             if (n->state == node_state::failed && !link->closed()) {
                 a.notes.push_back("petrel worker " + std::to_string(opts_.node_id) + ": " +
                                   n->describe() + " failed: " + n->failure +
-                                  "; its requests fail with node_failed");
+                                  (v->ring.holds(n->id)
+                                       ? "; its requests fail with node_failed"
+                                       : "; its requests go to the servers that took over "
+                                         "its keys"));
                 failed.push_back(link);
             }
             slot_of[n->id] = static_cast<std::uint32_t>(p->links.size());
@@ -1479,6 +1497,7 @@ private:
         // Keys < key_space_end; a run's end is at most key_space_end.
         h.range_end = static_cast<std::uint64_t>(keys.back()) + (s.key_runs ? 0 : 1);
         h.key_count = s.count;
+        h.view = s.view ? s.view->version : 0; // a server not placed so in its view refuses
         if (s.key_runs) {
             h.flags |= wire::flag_key_runs;
         }
@@ -1652,15 +1671,16 @@ private:
             if constexpr (Consistency::ordered) {
                 request.header.flags |= wire::flag_ordered;
             }
-            {
-                std::lock_guard lock(mutex_);
-                request.header.update_id = next_update_++;
-            }
+            request.header.update_id = next_update_.fetch_add(1, std::memory_order_relaxed);
             auto r = make_resilient(
                 *pipe_, s.server, std::move(request),
-                [join, report = failure_report(s)](std::error_code ec, wire::message&& m) {
+                [join, report = failure_report(s), clk = clock_,
+                 worker = opts_.worker](std::error_code ec, wire::message&& m) {
                     if (!ec && m.header.kind != wire::message_kind::push_reply) {
                         ec = errc::bad_message_kind;
+                    }
+                    if (!ec) {
+                        clk->adopt_start(worker, m.header.clocks); // a worker that joined late
                     }
                     report(ec);
                     if (join->arrive(ec)) {
@@ -1779,9 +1799,12 @@ private:
             requests.push_back(
                 {s.link, s.cache, std::move(request),
                  [join, runs = std::move(s.runs), count = s.count, row, one, keys = p.keys, target,
-                  width = opts_.width, complete,
-                  report = failure_report(s)](std::error_code ec, wire::message&& m) {
+                  width = opts_.width, complete, report = failure_report(s), clk = clock_,
+                  worker = opts_.worker](std::error_code ec, wire::message&& m) {
                      report(ec);
+                     if (!ec) {
+                         clk->adopt_start(worker, m.header.clocks); // a worker that joined late
+                     }
                      if (!ec && (m.header.kind != wire::message_kind::pull_reply ||
                                  m.header.key_count != count || m.header.width != width ||
                                  m.header.value_type != wire::scalar_type_of<Value> ||
@@ -2004,7 +2027,7 @@ private:
     std::shared_ptr<const placement> placement_;
     std::vector<std::shared_ptr<resilient>> parked_;   // dropped requests waiting for a view
     std::vector<std::shared_ptr<resilient>> retained_; // ordered pushes not yet durable
-    std::uint64_t next_update_ = first_update_id();
+    std::atomic<std::uint64_t> next_update_{first_update_id()};
     std::shared_ptr<detail::worker_clock> clock_ = std::make_shared<detail::worker_clock>();
 
     std::shared_ptr<pipeline> make_pipeline() {

@@ -93,9 +93,10 @@ TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cl
     bad_op[0] = std::byte{99};
     CHECK_FALSE(with(bad_op).has_value());
     // A huge text length is refused before anything is allocated: the job id's length
-    // follows the fixed fields (op, role, rank, local, group, id, version = 23 bytes).
+    // follows the fixed fields (op, role, rank, local, group, id, version, secret = 31
+    // bytes).
     auto huge = copy;
     const std::uint32_t big = 0xFFFFFFF0u;
-    std::memcpy(huge.data() + 23, &big, sizeof big);
+    std::memcpy(huge.data() + 31, &big, sizeof big);
     CHECK_FALSE(with(huge).has_value());
 }

@@ -24,7 +24,7 @@ const std::vector<errc> all_errors{
     errc::manager_unreachable, errc::backlog_full,        errc::unknown_worker,
     errc::too_many_tables,     errc::unknown_function,    errc::checkpoint_failed,
     errc::malformed_payload,   errc::key_cache_miss,      errc::read_only,
-    errc::stale_view,          errc::data_lost,
+    errc::stale_view,          errc::data_lost,           errc::not_permitted,
 };
 
 } // namespace

@@ -337,11 +337,22 @@ TEST_CASE("run: a stopped server fails the job after the heartbeat timeout, nami
 TEST_CASE("run: exact sums through a server failure", "[.][spmd_failover]") {
     auto cfg = quick_heartbeats();
     // A killed process's connections close at once: the heartbeat timeout only needs to
-    // be long enough that a loaded machine declares no live node dead.
+    // be long enough that a loaded machine declares no live node dead. A network cut is
+    // only noticed by the heartbeats: that test sets PETREL_HEARTBEAT_TIMEOUT.
     cfg.heartbeat_timeout = 5000ms;
+    if (std::getenv("PETREL_HEARTBEAT_TIMEOUT")) {
+        cfg.heartbeat_timeout.reset();
+    }
     std::atomic<std::size_t> bad{0};
     std::atomic<std::size_t> checked{0};
-    constexpr int clocks = 40;
+    if (const char* dir = std::getenv("PETREL_TEST_PID_DIR")) {
+        // Under mpirun the test finds the rank to kill by the id this file names.
+        const auto launch = petrel::detect_launcher(petrel::process_environment());
+        std::ofstream(std::string(dir) + "/rank-" + std::to_string(launch.rank) + ".pid")
+            << ::getpid() << "\n";
+    }
+    const char* clocks_text = std::getenv("PETREL_TEST_CLOCKS");
+    const int clocks = clocks_text ? std::atoi(clocks_text) : 40;
     const int status = petrel::run(cfg, [&](petrel::worker_node& w) {
         petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 5});
         std::vector<std::uint64_t> keys(20000);
@@ -474,38 +485,66 @@ TEST_CASE("run: four processes under mpirun", "[cluster][mpi]") {
     CHECK(p.exit_code() == 0);
 }
 
+namespace {
+
+/// Two "hosts": network namespaces `a` and `b` joined by a veth pair (`link_a` in `a`),
+/// with addresses `net`1 and `net`2; both are deleted, with their links, at the end.
+struct two_hosts {
+    std::string a, b, link_a, link_b, net;
+
+    two_hosts(const std::string& names, int subnet) {
+        const std::string tag = std::to_string(::getpid() % 100000);
+        a = "ptl" + tag + names.substr(0, 1);
+        b = "ptl" + tag + names.substr(1, 1);
+        link_a = "v" + tag + names.substr(0, 1);
+        link_b = "v" + tag + names.substr(1, 1);
+        net = "10." + std::to_string(subnet) + "." + std::to_string(::getpid() % 250) + ".";
+    }
+    two_hosts(const two_hosts&) = delete;
+    two_hosts& operator=(const two_hosts&) = delete;
+    ~two_hosts() {
+        std::system(("ip netns del " + a + " 2>/dev/null").c_str());
+        std::system(("ip netns del " + b + " 2>/dev/null").c_str());
+    }
+
+    /// Makes both hosts; returns the command that failed, empty on success.
+    std::string make() const {
+        const std::vector<std::string> setup{
+            "ip netns add " + a,
+            "ip netns add " + b,
+            "ip link add " + link_a + " netns " + a + " type veth peer name " + link_b + " netns " +
+                b,
+            "ip -n " + a + " addr add " + net + "1/24 dev " + link_a,
+            "ip -n " + b + " addr add " + net + "2/24 dev " + link_b,
+            "ip -n " + a + " link set " + link_a + " up",
+            "ip -n " + b + " link set " + link_b + " up",
+            "ip -n " + a + " link set lo up",
+            "ip -n " + b + " link set lo up"};
+        for (const auto& cmd : setup) {
+            if (std::system(cmd.c_str()) != 0) {
+                return cmd;
+            }
+        }
+        return {};
+    }
+};
+
+} // namespace
+
 TEST_CASE("run: nodes in separate network namespaces bind and advertise their own address",
           "[cluster][netns]") {
     if (::geteuid() != 0 || std::system("command -v ip > /dev/null 2>&1") != 0) {
         WARN("netns test skipped: needs root and the ip command");
         return;
     }
-    // Two "hosts": namespaces joined by a veth pair, one address each.
+    const two_hosts hosts("ab", 231);
+    const std::string failed = hosts.make();
+    INFO("failed: " << failed);
+    REQUIRE(failed.empty());
+    const std::string& a = hosts.a;
+    const std::string& b = hosts.b;
+    const std::string& net = hosts.net;
     const std::string tag = std::to_string(::getpid() % 100000);
-    const std::string a = "ptl" + tag + "a";
-    const std::string b = "ptl" + tag + "b";
-    const std::string net = "10.231." + std::to_string(::getpid() % 250) + ".";
-    struct cleanup {
-        std::string a, b;
-        ~cleanup() {
-            std::system(("ip netns del " + a + " 2>/dev/null").c_str());
-            std::system(("ip netns del " + b + " 2>/dev/null").c_str());
-        }
-    } guard{a, b};
-    const std::vector<std::string> setup{
-        "ip netns add " + a,
-        "ip netns add " + b,
-        "ip link add v" + tag + "a netns " + a + " type veth peer name v" + tag + "b netns " + b,
-        "ip -n " + a + " addr add " + net + "1/24 dev v" + tag + "a",
-        "ip -n " + b + " addr add " + net + "2/24 dev v" + tag + "b",
-        "ip -n " + a + " link set v" + tag + "a up",
-        "ip -n " + b + " link set v" + tag + "b up",
-        "ip -n " + a + " link set lo up",
-        "ip -n " + b + " link set lo up"};
-    for (const auto& cmd : setup) {
-        INFO(cmd);
-        REQUIRE(std::system(cmd.c_str()) == 0);
-    }
     // Ranks 0 (manager, server) and 2 (worker) on host a; 1 (server) and 3 (worker) on
     // host b. Servers bind the wildcard and advertise their host's address.
     const std::string root = net + "1:" + std::to_string(20000 + ::getpid() % 20000);
@@ -529,6 +568,136 @@ TEST_CASE("run: nodes in separate network namespaces bind and advertise their ow
         INFO(p->output());
         CHECK(p->exit_code() == 0);
     }
+}
+
+TEST_CASE("run: training under mpirun survives a server killed with SIGKILL", "[fault][mpi]") {
+    if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
+        WARN("mpi test skipped: mpirun not found (scripts/setup installs openmpi-bin)");
+        return;
+    }
+    struct pid_dir {
+        std::filesystem::path path =
+            std::filesystem::temp_directory_path() / ("petrel-pids-" + std::to_string(::getpid()));
+        pid_dir() { std::filesystem::create_directories(path); }
+        ~pid_dir() {
+            std::error_code ec;
+            std::filesystem::remove_all(path, ec);
+        }
+    } pids;
+    const auto port = petrel::test::free_port();
+    // Open MPI ends the whole job when a rank dies unless recovery is on.
+    std::vector<std::string> argv{"mpirun",
+                                  "--allow-run-as-root",
+                                  "--oversubscribe",
+                                  "--mca",
+                                  "orte_enable_recovery",
+                                  "1",
+                                  "--mca",
+                                  "orte_abort_on_non_zero_status",
+                                  "0",
+                                  "-np",
+                                  "5",
+                                  "-x",
+                                  "PETREL_ROOT=127.0.0.1:" + std::to_string(port),
+                                  "-x",
+                                  "PETREL_SERVERS=3",
+                                  "-x",
+                                  "PETREL_TEST_CLOCKS=80",
+                                  "-x",
+                                  "PETREL_TEST_PID_DIR=" + pids.path.string(),
+                                  petrel::test::self_path(),
+                                  "[spmd_failover]"};
+    petrel::test::child_process p(
+        argv, {}, "/tmp/petrel-test-" + std::to_string(::getpid()) + "-mpirun-kill.log");
+    // Rank 1 hosts server 2; it is killed once the workers train.
+    const auto file = pids.path / "rank-1.pid";
+    const auto until = std::chrono::steady_clock::now() + 120s;
+    while (!std::filesystem::exists(file) && std::chrono::steady_clock::now() < until &&
+           !p.wait_for(0ms)) {
+        std::this_thread::sleep_for(20ms);
+    }
+    REQUIRE(std::filesystem::exists(file));
+    std::this_thread::sleep_for(2500ms);
+    ::pid_t victim = 0;
+    std::ifstream(file) >> victim;
+    REQUIRE(victim > 0);
+    REQUIRE_FALSE(p.wait_for(0ms)); // still training
+    REQUIRE(::kill(victim, SIGKILL) == 0);
+    const bool done = p.wait_for(240s);
+    if (!done) {
+        p.kill(SIGTERM); // mpirun stops its ranks; the destructor kills what is left
+        p.wait_for(5s);
+    }
+    INFO(p.output());
+    REQUIRE(done);
+    // The other four ranks each passed (their workers checked exact sums); mpirun itself
+    // reports the killed rank.
+    const auto out = p.output();
+    std::size_t passed = 0;
+    for (auto at = out.find("All tests passed"); at != std::string::npos;
+         at = out.find("All tests passed", at + 1)) {
+        ++passed;
+    }
+    CHECK(passed == 4);
+    CHECK(out.find("FAILED") == std::string::npos);
+    CHECK_THAT(out, Catch::Contains("moved to their replicas"));
+}
+
+TEST_CASE("run: a server cut off by the network is declared failed and writes nothing more",
+          "[fault][netns]") {
+    if (::geteuid() != 0 || std::system("command -v ip > /dev/null 2>&1") != 0) {
+        WARN("netns test skipped: needs root and the ip command");
+        return;
+    }
+    // Host a (namespace a) runs the manager, servers 1 and 3 and both workers; host b
+    // runs server 2. Cutting the link between them partitions server 2 away while the
+    // workers train; the link comes back later.
+    const two_hosts hosts("cd", 232);
+    const std::string failed = hosts.make();
+    INFO("failed: " << failed);
+    REQUIRE(failed.empty());
+    const std::string& a = hosts.a;
+    const std::string& b = hosts.b;
+    const std::string& net = hosts.net;
+    const std::string& link_a = hosts.link_a;
+    std::vector<std::string> prefixes;
+    for (int r = 0; r < 5; ++r) {
+        const bool on_b = r == 1;
+        prefixes.push_back("ip netns exec " + (on_b ? b : a) + " env PETREL_ADVERTISE=" + net +
+                           (on_b ? "2" : "1"));
+    }
+    const auto port = static_cast<std::uint16_t>(20000 + ::getpid() % 20000);
+    auto procs = start_job("[spmd_failover]", 5,
+                           {{"PETREL_SERVERS", "3"},
+                            {"PETREL_ROOT", net + "1:" + std::to_string(port)},
+                            {"PETREL_BIND", "0.0.0.0"},
+                            {"PETREL_HEARTBEAT_TIMEOUT", "1500"},
+                            {"PETREL_TEST_CLOCKS", "120"}},
+                           prefixes, port);
+    std::this_thread::sleep_for(2500ms); // the job forms and the workers train
+    for (auto& p : procs) {
+        REQUIRE_FALSE(p->wait_for(0ms));
+    }
+    REQUIRE(std::system(("ip -n " + a + " link set " + link_a + " down").c_str()) == 0);
+    std::this_thread::sleep_for(3500ms); // past the heartbeat timeout: declared failed
+    REQUIRE(std::system(("ip -n " + a + " link set " + link_a + " up").c_str()) == 0);
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(120s)); // no hang, the cut-off server included
+    }
+    // The job trained on with exact sums (every process checks its workers' pulls).
+    for (int r : {0, 2, 3, 4}) {
+        const auto& p = procs[static_cast<std::size_t>(r)];
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() == 0);
+    }
+    CHECK_THAT(procs[0]->output(), Catch::Contains("moved to their replicas"));
+    // The cut-off server learns that it is out of the job and stops, having taken no
+    // write that counts (the sums above are exact).
+    INFO("rank 1:\n" << procs[1]->output());
+    CHECK(procs[1]->exit_code() != 0);
+    CHECK_THAT(procs[1]->output(), Catch::Contains("stopped answering heartbeats") ||
+                                       Catch::Contains("declared failed"));
+    CHECK_THAT(procs[3]->output(), Catch::Contains("took over its keys"));
 }
 
 // ---------------------------------------------------------------------------------------

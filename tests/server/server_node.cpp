@@ -563,6 +563,7 @@ struct replicated_servers {
     std::vector<std::unique_ptr<petrel::server_node>> servers;
     std::vector<std::string> addresses;
     petrel::ring_options ring{.partitions = 64, .stripe_keys = 4, .replicas = 1};
+    static constexpr std::uint64_t secret = 0x5ec2e7f00d;
 
     replicated_servers(std::uint32_t n, std::uint32_t replicas, std::uint32_t workers = 1,
                        std::shared_ptr<const petrel::table_registry> tables = nullptr) {
@@ -591,8 +592,10 @@ struct replicated_servers {
         o.request_timeout = 10s;
         auto kv = std::make_unique<petrel::kv_store<std::uint64_t, float, Consistency>>(
             petrel::tcp_transport(io.executor()), o);
+        auto plan = petrel::replication_plan_of(*kv->view());
+        plan.secret = secret;
         for (auto& s : servers) {
-            s->replicate(petrel::replication_plan_of(*kv->view()));
+            s->replicate(plan);
         }
         return kv;
     }
@@ -767,31 +770,105 @@ TEST_CASE("replication: under sequential, replicas get each clock's combined pus
     CHECK(primary(2) == Approx(key2));
 }
 
+namespace {
+
+/// A replica update of key 5 (value 1) from primary `origin`, as a server would send it
+/// when it carries `secret`; `flags` adds to `flag_replica`.
+wire::message replica_update(std::uint32_t origin, std::uint64_t secret, std::uint8_t flags = 0,
+                             std::uint64_t keys = 1) {
+    wire::message m;
+    m.header.kind = wire::message_kind::push;
+    m.header.flags = static_cast<std::uint8_t>(wire::flag_replica | flags);
+    m.header.sender = origin;
+    m.header.receiver = origin;
+    m.header.key_list_id = secret;
+    m.header.view = 1; // the view the servers follow
+    m.header.key_count = keys;
+    m.header.range_begin = 5;
+    m.header.range_end = 6;
+    if (keys > 0) {
+        const std::uint64_t key = 5;
+        const float value = 1;
+        m.set_segment(wire::keys_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(&key, 1))));
+        m.set_segment(wire::values_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(&value, 1))));
+    }
+    return m;
+}
+
+std::error_code send_raw(replicated_servers& c, std::size_t to, wire::message m) {
+    auto l = std::make_shared<petrel::detail::request_link>(petrel::tcp_transport(c.io.executor()),
+                                                            c.addresses[to], 5s);
+    std::promise<std::error_code> got;
+    l->request(std::move(m), [&got](std::error_code ec, wire::message&&) { got.set_value(ec); });
+    const auto ec = got.get_future().get();
+    l->close();
+    return ec;
+}
+
+} // namespace
+
 TEST_CASE("replication: a replica update that the view does not place here is refused", "[fault]") {
     replicated_servers c(2, 1);
     auto kv = c.store(); // the servers follow the chains 1 → 2 and 2 → 1
     // Server 1 is primary of its chain, nobody's replica but 2's: an update "from 3" is stale.
-    wire::message m;
-    m.header.kind = wire::message_kind::push;
-    m.header.flags = wire::flag_replica;
-    m.header.sender = 3;
-    m.header.receiver = 3;
-    m.header.key_count = 1;
-    m.header.range_begin = 5;
-    m.header.range_end = 6;
-    const std::uint64_t key = 5;
-    const float value = 1;
-    m.set_segment(wire::keys_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&key, 1))));
-    m.set_segment(wire::values_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&value, 1))));
-    auto l = std::make_shared<petrel::detail::request_link>(petrel::tcp_transport(c.io.executor()),
-                                                            c.addresses[0], 5s);
-    std::promise<std::error_code> got;
-    l->request(std::move(m), [&got](std::error_code ec, wire::message&&) { got.set_value(ec); });
-    CHECK(got.get_future().get() == errc::stale_view);
+    CHECK(send_raw(c, 0, replica_update(3, c.secret)) == errc::stale_view);
     CHECK(c.rows(1).empty());
-    l->close();
+}
+
+TEST_CASE("replication: a server refuses keys its newer view placed elsewhere", "[fault]") {
+    replicated_servers c(3, 1);
+    auto kv = c.store(); // view 1
+    // View 2: server 1 left, its keys moved to their replicas. Every server follows it; a
+    // store that still has view 1 sends server 1's keys to server 1.
+    auto v = *kv->view();
+    ++v.version;
+    REQUIRE(v.nodes[0].id == 1);
+    v.nodes[0].state = petrel::node_state::left;
+    v.ring = v.ring.failover(std::vector<petrel::node_id>{2, 3}).ring;
+    auto plan = petrel::replication_plan_of(v);
+    plan.secret = c.secret;
+    for (auto& s : c.servers) {
+        s->replicate(plan);
+    }
+    std::vector<std::uint64_t> its;
+    for (std::uint64_t key = 0; key < 400; ++key) {
+        if (kv->view()->ring.owner(key) == 1) {
+            its.push_back(key);
+        }
+    }
+    REQUIRE(!its.empty());
+    try {
+        kv->push(its, xt::xtensor<float, 1>(xt::ones<float>({its.size()})), asio::use_future).get();
+        FAIL("server 1 took a push for keys it no longer holds");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == errc::stale_view);
+    }
+    try {
+        (void)kv->pull(its, asio::use_future).get();
+        FAIL("server 1 answered a pull for keys it no longer holds");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == errc::stale_view);
+    }
+    CHECK(c.rows(1).empty());
+    CHECK(c.rows(2).empty());
+    CHECK(c.rows(3).empty());
+}
+
+TEST_CASE("replication: only servers of the job can send replica updates", "[fault]") {
+    replicated_servers c(2, 1);
+    auto kv = c.store(); // server 1 is the replica of server 2's keys
+    // From "server 2" but without the job's server secret (a worker, a stray peer): an
+    // update, a copy and the end of a copy are all refused, and nothing changes.
+    CHECK(send_raw(c, 0, replica_update(2, 0)) == errc::not_permitted);
+    CHECK(send_raw(c, 0, replica_update(2, c.secret + 1)) == errc::not_permitted);
+    CHECK(send_raw(c, 0, replica_update(2, 0, wire::flag_transfer)) == errc::not_permitted);
+    CHECK(send_raw(c, 0, replica_update(2, 0, wire::flag_transfer, 0)) == errc::not_permitted);
+    CHECK(c.rows(1).empty());
+    // With the secret, the same update is applied.
+    CHECK_FALSE(send_raw(c, 0, replica_update(2, c.secret)));
+    CHECK(c.rows(1) == std::map<std::uint64_t, float>{{5, 1.0f}});
 }
 
 TEST_CASE("replication: a dead replica does not hold a push back", "[fault]") {

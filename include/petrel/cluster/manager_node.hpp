@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <string_view>
@@ -231,6 +232,8 @@ private:
         asio::steady_timer timer;
         phase ph = phase::idle;
         std::string address;
+        // Given to the servers only: marks the updates they send each other.
+        std::uint64_t secret = random_secret();
         clock::time_point startup_deadline;
         std::vector<joining> joins;
         std::shared_ptr<const membership_view> view;
@@ -243,6 +246,13 @@ private:
         std::error_code result;
         std::string failure;
         std::vector<std::pair<log_level, std::string>> notes; // written by flush()
+
+        static std::uint64_t random_secret() {
+            std::random_device rd;
+            const std::uint64_t hi = rd();
+            const std::uint64_t lo = rd();
+            return ((hi << 32) | lo) | 1; // never 0 (no secret)
+        }
 
         /// Logs at once: only where no lock is held.
         void say_now(log_level level, const std::string& text) const {
@@ -338,6 +348,9 @@ private:
                     break;
                 case control_op::leave:
                     on_leave(c, m.header, out, done);
+                    break;
+                case control_op::retire:
+                    on_retire(c, m.header, out, done);
                     break;
                 case control_op::assign:
                     on_assign(c, m.header, std::move(body->data), out);
@@ -503,6 +516,9 @@ private:
                 b.id = static_cast<node_id>(i + 1);
                 b.version = v->version;
                 b.view = *v;
+                if (joins[i].body.role == node_role::server) {
+                    b.secret = secret;
+                }
                 out.push_back({joins[i].conn, detail::make_control(b, &joins[i].request)});
             }
             report(log_level::info, "job '" + opts.job_id +
@@ -862,6 +878,68 @@ private:
             if (!g.empty()) {
                 report(log_level::info, view->find(id)->describe() + " left");
                 group_changed(g, out);
+            }
+            check_finished(done);
+        }
+
+        /// A server leaves gracefully: its partitions move to their replicas as on a
+        /// failure (`ring::failover`), but only when every one of them has another live
+        /// copy; otherwise it is refused and the server stays.
+        void on_retire(const connection_ptr& c, const wire::message_header& h,
+                       std::vector<outgoing>& out,
+                       std::vector<std::function<void(std::error_code)>>& done) {
+            auto it = by_conn.find(c.get());
+            const node_info* n = it == by_conn.end() || members.count(it->second) == 0
+                                     ? nullptr
+                                     : view->find(it->second);
+            if (!n || n->role != node_role::server) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "only a live server of the job can hand its keys "
+                                          "over and leave")});
+                return;
+            }
+            const node_id id = n->id;
+            std::vector<node_id> live;
+            for (const auto& m : view->nodes) {
+                if (m.role == node_role::server && m.state == node_state::alive && m.id != id) {
+                    live.push_back(m.id);
+                }
+            }
+            auto f = view->ring.failover(live);
+            if (live.empty() || !f.lost.empty()) {
+                out.push_back(
+                    {c, refusal(h, errc::invalid_argument,
+                                n->describe() + " cannot leave: " +
+                                    std::to_string(live.empty() ? view->ring.options().partitions
+                                                                : f.lost.size()) +
+                                    " of its key partitions have no other live copy (replicas: " +
+                                    std::to_string(view->ring.options().replicas) +
+                                    "); they would be lost")});
+                return;
+            }
+            members.erase(id);
+            by_conn.erase(it);
+            auto v = std::make_shared<membership_view>(*view);
+            for (auto& m : v->nodes) {
+                if (m.id == id) {
+                    m.state = node_state::left;
+                }
+            }
+            ++v->version;
+            v->ring = std::move(f.ring);
+            view = v;
+            control_body b;
+            b.op = control_op::retire;
+            b.version = v->version;
+            b.view = *v; // the server learns it holds no keys any more
+            out.push_back({c, detail::make_control(b, &h)});
+            broadcast(out);
+            report(log_level::info, view->find(id)->describe() +
+                                        " left; its key ranges moved to their replicas (" +
+                                        std::to_string(v->ring.options().replicas) +
+                                        " copies besides each primary)");
+            for (auto bg : {group::all, group::servers, group::workers}) {
+                try_release(bg, out);
             }
             check_finished(done);
         }

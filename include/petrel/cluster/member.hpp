@@ -229,10 +229,36 @@ public:
             token);
     }
 
+    /// A server leaves the running job gracefully: the manager moves its key ranges to
+    /// their replicas (as when a server fails, but without waiting for a heartbeat and
+    /// without failing anything), restores the copies of each range on the live servers,
+    /// and answers once the new view is out; this node then stops its heartbeats, and
+    /// its server may close (`server_node::close`): workers send what it had not answered
+    /// to the new owners. The manager refuses (`errc::invalid_argument`, the reason
+    /// logged here) when some of the server's ranges have no other live copy, for
+    /// example with no replicas; the node then stays in the job. Only for servers.
+    /// Signature `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto async_retire(CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this](auto handler) {
+                state_->retire(detail::once_function<std::error_code>(std::move(handler),
+                                                                      transport_.get_executor()));
+            },
+            token);
+    }
+
     /// This node's id; `no_node` before the join completed.
     [[nodiscard]] node_id id() const {
         std::lock_guard lock(state_->mutex);
         return state_->id;
+    }
+
+    /// A server's secret from the manager, which marks the updates the job's servers send
+    /// each other (see `replication_plan::secret`); 0 for other roles and before the join.
+    [[nodiscard]] std::uint64_t server_secret() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->secret;
     }
 
     /// The newest view; null before the join completed.
@@ -287,6 +313,7 @@ private:
         mutable std::mutex mutex;
         asio::steady_timer timer;
         node_id id = no_node;
+        std::uint64_t secret = 0;
         view_ptr view;
         std::map<std::size_t, view_callback> subscribers;
         std::size_t next_subscription = 0;
@@ -397,6 +424,7 @@ private:
             {
                 std::lock_guard lock(mutex);
                 id = b->id;
+                secret = b->secret;
                 if (!view || view->version < b->view->version) {
                     view = std::make_shared<const membership_view>(std::move(*b->view));
                 }
@@ -580,6 +608,32 @@ private:
                 }
                 done(ec);
             });
+        }
+
+        void retire(done_fn done) {
+            detail::control_body b;
+            b.op = detail::control_op::retire;
+            std::weak_ptr<state> weak = weak_from_this();
+            link->request(
+                detail::make_control(b),
+                [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
+                    if (auto self = weak.lock()) {
+                        if (ec) {
+                            // Refused or not answered: the node stays in the job.
+                            self->report(log_level::warning,
+                                         "could not leave the job: " + reason(ec, m));
+                        } else {
+                            {
+                                std::lock_guard lock(self->mutex);
+                                self->heartbeating = false;
+                                self->timer.cancel();
+                            }
+                            (void)self->adopt_reply(m);
+                        }
+                    }
+                    done(ec);
+                },
+                opts.heartbeat_timeout);
         }
 
         void remember(const std::string& why) {

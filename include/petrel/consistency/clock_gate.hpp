@@ -96,6 +96,22 @@ public:
         clock_.set(all(), worker, departed_clock);
     }
 
+    /// A worker joins: it takes the next index (the old `workers()`) and starts at the
+    /// clock every live worker has completed on the whole key space (0 when no worker is
+    /// live), so that it holds back no clock that is already complete, and the pushes of
+    /// the current clock wait for it too. With `departed` it joins as departed (an index
+    /// that left before this gate learned of it). Returns its index.
+    std::uint32_t add_worker(bool departed = false) {
+        clock_type start = completed(all());
+        if (start == departed_clock) {
+            start = 0;
+        }
+        const auto w =
+            static_cast<std::uint32_t>(clock_.add_worker(departed ? departed_clock : start));
+        departed_.push_back(departed);
+        return w;
+    }
+
     /// The clocks every live worker has completed on all of `r` (`departed_clock` when
     /// no worker is live).
     [[nodiscard]] clock_type completed(range_type r) const noexcept { return clock_.min_clock(r); }

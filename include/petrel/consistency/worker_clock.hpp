@@ -3,7 +3,12 @@
 
 #include <petrel/consistency/policy.hpp>
 #include <petrel/consistency/task.hpp>
+#include <petrel/core/clock_entry.hpp>
 
+#include <cstdint>
+
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -30,6 +35,34 @@ struct worker_clock {
     std::map<clock_type, task<void>> ticks;
     /// The newest tick, which the next one follows.
     task<void> last_tick;
+
+    /// A worker that joined a running job starts at the job's clock: servers admit it at
+    /// the clock every live worker has completed, and the first reply that reports its
+    /// clock (`clocks`, from a push or pull reply) sets `current` there, as long as this
+    /// worker has not ticked yet. Its own ticks drive its clock from then on.
+    void adopt_start(std::uint32_t worker, const std::vector<clock_entry>& clocks) {
+        if (started.load(std::memory_order_acquire)) {
+            return; // the usual case, without a lock
+        }
+        std::uint64_t start = departed_clock;
+        for (const auto& e : clocks) {
+            if (e.worker == worker) {
+                start = std::min(start, e.clock);
+            }
+        }
+        if (start == 0 || start == departed_clock) {
+            return;
+        }
+        std::lock_guard lock(mutex);
+        if (current == 0 && !last_tick.valid()) {
+            current = start;
+        }
+        started.store(true, std::memory_order_release);
+    }
+
+    /// Set once this worker's clock is its own: after its first tick, or once it adopted
+    /// the job's clock.
+    std::atomic<bool> started{false};
 };
 
 } // namespace petrel::detail

@@ -58,10 +58,11 @@ enum class errc : int {
     // Replication.
     stale_view,
     data_lost,
+    not_permitted,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::data_lost;
+inline constexpr errc last_errc = errc::not_permitted;
 
 namespace detail {
 
@@ -170,6 +171,9 @@ public:
             return "the server took over keys of failed servers of which it held no complete "
                    "copy (more servers failed at once than the tables have replicas): those "
                    "keys are lost, and the server refuses to serve a wrong model";
+        case errc::not_permitted:
+            return "the request may only come from a server of the job (a replica update "
+                   "without the job's server secret): nothing was applied";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

@@ -80,6 +80,7 @@ namespace detail {
         return n && n->role == node_role::server && n->state == node_state::alive ? n : nullptr;
     };
     plan.partition_of = [r = v.ring](std::uint64_t key) { return r.partition_of(key); };
+    plan.stripe_keys = v.ring.options().stripe_keys;
     for (std::uint32_t p = 0; p < v.ring.options().partitions; ++p) {
         const auto owners = v.ring.owners(p);
         plan.primaries.push_back(owners[0]);
@@ -95,6 +96,25 @@ namespace detail {
         }
     }
     return plan;
+}
+
+/// Brings server `server` in line with view `v` of its job: workers that left or failed
+/// hold nobody back in the tables' clocks (`server_node::depart_worker`), workers that
+/// joined the running job are served from the current clock (`server_node::admit_worker`),
+/// and updates are replicated along the view's live chains, marked with the job's
+/// server secret `secret` (`member::server_secret`). `run` calls it with every view a
+/// server's member receives; call it the same way when assembling a job by hand.
+inline void follow_view(server_node& server, const membership_view& v, std::uint64_t secret) {
+    for (const auto* n : v.of_role(node_role::worker)) {
+        if (n->state == node_state::alive) {
+            server.admit_worker(n->index);
+        } else {
+            server.depart_worker(n->index);
+        }
+    }
+    auto plan = replication_plan_of(v);
+    plan.secret = secret;
+    server.replicate(std::move(plan));
 }
 
 /// Runs this process's share of a job with resolved settings: hosts the manager, servers
@@ -233,23 +253,18 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         }
 
         // Servers follow the view: a worker that left or failed no longer holds anybody
-        // back in the tables' clocks, and updates are replicated along the live chains.
+        // back in the tables' clocks, a worker that joined is served, and updates are
+        // replicated along the live chains.
         std::vector<std::size_t> subscriptions;
         if (status == run_ok) {
             for (std::size_t i = 0; i < servers.size(); ++i) {
                 // A view may still arrive while the server goes away: hold it weakly.
                 std::weak_ptr<server_node> weak = servers[i];
-                auto follow = [weak](const member::view_ptr& v) {
-                    const auto server = weak.lock();
-                    if (!server) {
-                        return;
+                auto follow = [weak,
+                               secret = members[i]->server_secret()](const member::view_ptr& v) {
+                    if (const auto server = weak.lock()) {
+                        follow_view(*server, *v, secret);
                     }
-                    for (const auto* n : v->of_role(node_role::worker)) {
-                        if (n->state != node_state::alive) {
-                            server->depart_worker(n->index);
-                        }
-                    }
-                    server->replicate(replication_plan_of(*v));
                 };
                 subscriptions.push_back(members[i]->subscribe(follow));
                 follow(members[i]->view());

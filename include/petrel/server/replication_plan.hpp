@@ -26,6 +26,13 @@ struct replication_plan {
     /// primary of, which it copies to the servers that join its chain.
     std::function<std::uint32_t(std::uint64_t)> partition_of{};
     std::vector<std::uint32_t> primaries{};
+    /// Consecutive keys that share a partition (the ring's stripe), for key ranges.
+    std::uint64_t stripe_keys = 1;
+    /// The job's server secret (`member::server_secret`): every update a server sends
+    /// down a chain carries it, and a server applies only updates that do, so that no
+    /// worker (or other peer) can write a replica's rows. 0 only for plans made by hand,
+    /// whose servers then accept updates carrying 0.
+    std::uint64_t secret = 0;
 };
 
 } // namespace petrel

@@ -19,6 +19,7 @@
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -191,6 +192,10 @@ public:
                     }
                 }
             }
+            state_->holds_keys =
+                !state_->plan.partition_of ||
+                std::find(state_->plan.primaries.begin(), state_->plan.primaries.end(),
+                          state_->opts.node_id) != state_->plan.primaries.end();
             state_->follow_chains(old);
             state_->rereplicate(old);
             state_->resume(out);
@@ -199,6 +204,14 @@ public:
         for (auto& l : gone) {
             l->close(make_error_code(errc::node_failed));
         }
+    }
+
+    /// Whether every copy of this server's rows down its chain (made when its chain
+    /// changed) has been acknowledged to its end: its replicas hold its keys whole, so it
+    /// may hand them over and leave (`member::async_retire`).
+    [[nodiscard]] bool chain_whole() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->copying == 0 && !state_->copy_failed;
     }
 
     /// Empty, or the failed servers whose keys this server took over without a full copy
@@ -247,6 +260,23 @@ public:
             state_->depart(worker, nullptr, out);
         }
         state_->send(out);
+    }
+
+    /// Worker `worker` joined the running job (a worker index beyond `opts.workers`):
+    /// from now on its requests are served, and every table's clock waits for it from
+    /// the clock the live workers have completed (`clock_gate::add_worker`), so that it
+    /// starts at the current clock. Indices between the known ones and `worker` join as
+    /// departed (they left before this server learned of them); a worker already known,
+    /// or an index of 2^20 or more, changes nothing.
+    void admit_worker(std::uint32_t worker) {
+        std::lock_guard lock(state_->mutex);
+        state_->admit(worker);
+    }
+
+    /// The workers whose requests this server serves: indices 0 .. workers() - 1.
+    [[nodiscard]] std::uint32_t workers() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->opts.workers;
     }
 
     /// Keys stored in a table (0 for a table that does not exist).
@@ -434,12 +464,19 @@ private:
         logger log;
         mutable std::mutex mutex;
         std::map<std::uint32_t, table_slot> tables;
-        std::vector<waiting> held_back; // replica updates sent under a newer view than ours
+        std::vector<waiting> held_back; // requests sent under a newer view than ours
         // Primaries whose chain this server joined (or whose keys grew) and whose copy has
         // not arrived in full yet.
         std::set<std::uint32_t> syncing;
         // Why this server refuses workers: it took over keys it held no full copy of.
         std::string lost;
+        // Whether the plan makes this server the primary of some keys (a server that
+        // handed its keys over, or left, reports no clock durable).
+        bool holds_keys = true;
+        // Copies down this server's chain whose end the chain has not acknowledged yet,
+        // and whether the last one failed.
+        std::size_t copying = 0;
+        bool copy_failed = false;
         // The plan version a replica refused as outdated: no writes until a newer one.
         std::optional<std::uint64_t> outdated;
         // The update ids of the pushes applied or held here, newest last (a window).
@@ -502,14 +539,23 @@ private:
                 std::lock_guard lock(mutex);
                 switch (m.header.kind) {
                 case wire::message_kind::push:
-                    if ((m.header.flags & wire::flag_replica) != 0 &&
-                        (m.header.view > plan.version || holds_back(c))) {
+                    if ((m.header.flags & wire::flag_replica) != 0 && plan.version != 0 &&
+                        m.header.key_list_id != plan.secret) {
+                        out.emplace_back(c, refusal(m.header, wire::message_kind::push_reply,
+                                                    errc::not_permitted));
+                    } else if (ahead(m.header) || holds_back(c)) {
                         hold_back(c, std::move(m), out);
                     } else {
                         on_push(c, std::move(m), out);
                     }
                     break;
                 case wire::message_kind::pull:
+                    if (ahead(m.header) || holds_back(c)) {
+                        hold_back(c, std::move(m), out);
+                    } else {
+                        on_read(c, std::move(m), out);
+                    }
+                    break;
                 case wire::message_kind::call:
                     on_read(c, std::move(m), out);
                     break;
@@ -537,18 +583,30 @@ private:
             }
         }
 
-        /// Whether replica updates from `c` wait for a newer view (the ones after them wait
-        /// too, so that each connection's updates apply in order).
+        /// Whether request `h` was sent under a newer view than this server's plan: it
+        /// waits for that view (a replica update always; a worker's push or pull once this
+        /// server follows a plan at all), so that it is judged by the placement its sender
+        /// used rather than refused while the view travels.
+        bool ahead(const wire::message_header& h) const {
+            const bool replica = (h.flags & wire::flag_replica) != 0;
+            return h.view > plan.version && (replica || plan.version != 0);
+        }
+
+        /// Whether requests from `c` wait for a newer view (the ones after them wait too,
+        /// so that each connection's requests apply in order).
         bool holds_back(const connection_ptr& c) const {
             return std::any_of(held_back.begin(), held_back.end(),
                                [&](const waiting& w) { return w.conn == c; });
         }
 
-        /// Keeps a replica update until the plan of its view arrives (`resume`).
+        /// Keeps a push or pull until the plan of its view arrives (`resume`).
         void hold_back(const connection_ptr& c, wire::message&& m, outbox& out) {
             if (held_back.size() >= opts.max_parked) {
-                out.emplace_back(
-                    c, refusal(m.header, wire::message_kind::push_reply, errc::backlog_full));
+                out.emplace_back(c, refusal(m.header,
+                                            m.header.kind == wire::message_kind::pull
+                                                ? wire::message_kind::pull_reply
+                                                : wire::message_kind::push_reply,
+                                            errc::backlog_full));
                 return;
             }
             held_back.push_back({c, std::move(m)});
@@ -562,12 +620,16 @@ private:
             for (auto& w : list) {
                 const bool after_blocked =
                     std::find(blocked.begin(), blocked.end(), w.conn.get()) != blocked.end();
-                if (after_blocked || w.request.header.view > plan.version) {
+                if (after_blocked || ahead(w.request.header)) {
                     blocked.push_back(w.conn.get());
                     held_back.push_back(std::move(w));
                     continue;
                 }
-                on_push(w.conn, std::move(w.request), out);
+                if (w.request.header.kind == wire::message_kind::pull) {
+                    on_read(w.conn, std::move(w.request), out);
+                } else {
+                    on_push(w.conn, std::move(w.request), out);
+                }
             }
         }
 
@@ -715,7 +777,7 @@ private:
             h.view = plan.version;
             h.status = 0;
             h.encoding = 0;
-            h.key_list_id = 0;
+            h.key_list_id = plan.secret; // from a server of the job (see on_push)
             h.key_list_digest = 0;
             h.clocks.clear();
             update.segments[wire::lengths_segment] = {};
@@ -748,6 +810,13 @@ private:
                                  refusal(h, wire::message_kind::push_reply, errc::key_cache_miss));
                 return;
             }
+            if (replica && h.key_list_id != plan.secret) {
+                // Only the job's servers know the secret: a replica update from anyone
+                // else (a worker, a stray peer) writes nothing.
+                out.emplace_back(c,
+                                 refusal(h, wire::message_kind::push_reply, errc::not_permitted));
+                return;
+            }
             if (transfer && !(h.flags & wire::flag_ordered) && h.key_count == 0) {
                 end_of_copy(c, std::move(m), out);
                 return;
@@ -758,6 +827,9 @@ private:
             }
             if (!ec && !replica && outdated && plan.version <= *outdated) {
                 ec = errc::stale_view; // the chain moved on: wait for the newer view
+            }
+            if (!ec && !replica && h.view != plan.version && !primary_of(m, opts.node_id)) {
+                ec = errc::stale_view; // the worker's view and ours place the keys apart
             }
             if (!ec && !m.lengths().empty()) {
                 ec = errc::invalid_argument; // variable-length rows: not supported by tables
@@ -777,6 +849,11 @@ private:
                 return;
             }
             const std::uint32_t origin = replica ? h.receiver : opts.node_id;
+            if (!ec && replica && h.view != plan.version && !primary_of(m, origin)) {
+                // Sent under another view by a server that this server's view no longer
+                // makes the primary of these keys: applying it could undo a newer copy.
+                ec = errc::stale_view;
+            }
             const replication_plan::peer* next =
                 ec || ordered ? nullptr : next_hop(origin, s->replicas, ec);
             if (!ec) {
@@ -811,15 +888,29 @@ private:
                 forward(*next, origin, std::move(m),
                         [c, reply = std::make_shared<wire::message>(std::move(reply)), weak = self,
                          version = plan.version](std::error_code ec) {
-                            if (ec == errc::stale_view) {
-                                // The chain moved on without this server: it takes no more
-                                // writes until a newer view reaches it, and the worker sends
-                                // the push to the owner its newer view names.
-                                if (auto st = weak.lock()) {
-                                    std::lock_guard lock(st->mutex);
+                            if (ec == errc::shut_down) {
+                                // This server is closing before its chain answered: no
+                                // acknowledgement; the worker sends the push again elsewhere.
+                                c->close();
+                                return;
+                            }
+                            bool stale = ec == errc::stale_view;
+                            if (auto st = weak.lock(); st && ec) {
+                                std::lock_guard lock(st->mutex);
+                                if (stale) {
+                                    // The chain moved on without this server: it takes no
+                                    // more writes until a newer view reaches it.
                                     st->outdated = std::max(st->outdated.value_or(0), version);
                                 }
-                                reply->header.status = status_of(ec);
+                                // A replica that failed does not hold the push back, unless
+                                // this server has meanwhile handed its keys over: then the
+                                // push lives on no copy that lasts.
+                                stale = stale || !st->holds_keys;
+                            }
+                            if (stale) {
+                                // The worker sends the push to the owner its newer view
+                                // names (which applies it once, by its update id).
+                                reply->header.status = status_of(errc::stale_view);
                                 reply->header.clocks.clear();
                             }
                             c->send(std::move(*reply));
@@ -829,11 +920,70 @@ private:
             out.emplace_back(c, std::move(reply));
         }
 
+        /// Whether server `self` is the primary of every key of `m` in this server's plan
+        /// (always without a plan). Checked when the sender's view is not the plan's: a
+        /// server that handed keys over (or left) refuses requests for them with
+        /// `errc::stale_view`, and the worker sends them where its newer view says; a
+        /// replica refuses updates of keys whose primary moved.
+        bool primary_of(const wire::message& m, std::uint32_t self) const {
+            if (!plan.partition_of || plan.primaries.empty()) {
+                return true;
+            }
+            auto mine = [&](std::uint64_t k) {
+                const auto p = plan.partition_of(k);
+                return p < plan.primaries.size() && plan.primaries[p] == self;
+            };
+            const auto& h = m.header;
+            const auto bytes = m.keys().span();
+            const std::size_t ks = wire::size_of(h.key_type);
+            const std::size_t n = bytes.size() / ks;
+            auto key_at = [&](std::size_t i) {
+                std::uint64_t k = 0;
+                std::memcpy(&k, bytes.data() + i * ks, ks); // little-endian
+                return k;
+            };
+            if ((h.flags & wire::flag_key_runs) == 0) {
+                for (std::size_t i = 0; i < n; ++i) {
+                    if (!mine(key_at(i))) {
+                        return false;
+                    }
+                }
+                return true;
+            }
+            const std::uint64_t stripe = std::max<std::uint64_t>(plan.stripe_keys, 1);
+            for (std::size_t i = 0; i + 1 < n; i += 2) {
+                const std::uint64_t b = key_at(i);
+                const std::uint64_t e = key_at(i + 1);
+                if (b >= e) {
+                    continue;
+                }
+                if ((e - 1) / stripe - b / stripe >= 8 * plan.primaries.size()) {
+                    // So many stripes reach every partition: all must be this server's.
+                    return std::all_of(plan.primaries.begin(), plan.primaries.end(),
+                                       [self](std::uint32_t p) { return p == self; });
+                }
+                for (std::uint64_t k = b; k < e;) {
+                    if (!mine(k)) {
+                        return false;
+                    }
+                    const std::uint64_t next = (k / stripe + 1) * stripe;
+                    if (next <= k) {
+                        break; // the top of the key space
+                    }
+                    k = next;
+                }
+            }
+            return true;
+        }
+
         /// The table's durable clock: every push of the clocks below it is applied here and
         /// on the table's replicas. Written as the `clock` of push and clock replies, so
         /// that workers keep their ordered pushes until then (and resend them elsewhere if
         /// this server fails first).
-        static std::uint64_t durable(const table_slot& s) {
+        std::uint64_t durable(const table_slot& s) const {
+            if (!holds_keys) {
+                return 0; // handed its keys over: nothing applied here lasts
+            }
             const auto done = s.gate.completed(clock_gate<waiting>::all());
             return s.unacked.empty() ? done : std::min(done, s.unacked.front());
         }
@@ -853,6 +1003,10 @@ private:
                 forward(*next, h.receiver, std::move(m),
                         [c, reply = std::make_shared<wire::message>(std::move(reply))](
                             std::error_code ec) {
+                            if (ec == errc::shut_down) {
+                                c->close(); // closing: the copy is not known to be whole
+                                return;
+                            }
                             reply->header.status =
                                 status_of(ec == errc::stale_view ? ec : std::error_code{});
                             c->send(std::move(*reply));
@@ -1078,7 +1232,15 @@ private:
                 end.header.kind = wire::message_kind::push;
                 end.header.flags = wire::flag_transfer;
                 end.header.worker = wire::no_worker;
-                forward(chain[1], self, std::move(end), {});
+                ++copying;
+                copy_failed = false;
+                forward(chain[1], self, std::move(end), [weak = this->self](std::error_code ec) {
+                    if (auto st = weak.lock()) {
+                        std::lock_guard lock(st->mutex);
+                        --st->copying;
+                        st->copy_failed = st->copy_failed || ec;
+                    }
+                });
             }
         }
 
@@ -1181,7 +1343,13 @@ private:
             const auto table = rows.header.table_id;
             s.unacked.push_back(clock);
             forward(*next, opts.node_id, std::move(rows),
-                    [weak = self, table, clock](std::error_code) {
+                    [weak = self, table, clock](std::error_code ec) {
+                        if (ec == errc::stale_view || ec == errc::shut_down) {
+                            // The chain's view no longer makes this server the primary (or
+                            // it is closing): the clock stays not durable here, so its
+                            // workers keep its pushes and send them to the new owner.
+                            return;
+                        }
                         if (auto st = weak.lock()) {
                             std::lock_guard lock(st->mutex);
                             if (auto it = st->tables.find(table); it != st->tables.end()) {
@@ -1228,6 +1396,10 @@ private:
                                      : check_worker(h, false);
             if (!ec && !lost.empty()) {
                 ec = errc::data_lost;
+            }
+            if (!ec && h.kind == wire::message_kind::pull && h.view != plan.version &&
+                !primary_of(m, opts.node_id)) {
+                ec = errc::stale_view; // another server holds these keys now
             }
             table_slot* s = ec ? nullptr : slot(h.table_id, ec);
             if (!ec && !s->gate.readable(range_of(h), h.clock) &&
@@ -1276,6 +1448,26 @@ private:
                 reply.header.clock = durable(it->second);
             }
             out.emplace_back(c, std::move(reply));
+        }
+
+        static constexpr std::uint32_t max_admitted = std::uint32_t{1} << 20;
+
+        void admit(std::uint32_t worker) {
+            if (worker < opts.workers || worker >= max_admitted) {
+                return;
+            }
+            while (opts.workers <= worker) {
+                const bool gone = opts.workers != worker;
+                for (auto& [id, s] : tables) {
+                    s.gate.add_worker(gone);
+                }
+                departed_all.push_back(gone);
+                ++opts.workers;
+            }
+            if (log) {
+                log(log_level::info, "petrel server " + std::to_string(opts.node_id) + ": worker " +
+                                         std::to_string(worker) + " joined the tables' clocks");
+            }
         }
 
         /// `worker` leaves the clock of table `only` (of every table, now and later, when

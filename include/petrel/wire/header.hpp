@@ -21,8 +21,8 @@ static_assert(std::endian::native == std::endian::little,
 
 /// "PTRL" read as a little-endian 32-bit number.
 inline constexpr std::uint32_t magic = 0x4C525450;
-/// Bumped on every incompatible change of the header or frame layout.
-inline constexpr std::uint16_t protocol_version = 4;
+/// Bumped on every incompatible change of the header, frame or control message layout.
+inline constexpr std::uint16_t protocol_version = 5;
 /// The most clock entries one header may carry (bounds what a decoder allocates).
 inline constexpr std::uint32_t max_clock_entries = 4096;
 /// The largest body of a control message (membership, barriers, heartbeats).

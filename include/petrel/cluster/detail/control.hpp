@@ -32,6 +32,7 @@ enum class control_op : std::uint8_t {
     leave = 5,     ///< node → manager: done; answered once recorded
     assign = 6,    ///< worker → manager: define a data set; answered with the new view
     round = 7,     ///< worker → manager: ready for the next round of a block schedule
+    retire = 8,    ///< server → manager: leave, its keys handed to their replicas
 };
 
 template <class Archive, typename T>
@@ -69,6 +70,9 @@ struct control_body {
     node_id id = no_node;
     std::uint64_t version = 0;
     std::string text; ///< on failed replies: what went wrong, for the node's log
+    /// join replies to servers only: the job's server secret, which marks the updates
+    /// servers send each other (replication) so that no other node can forge them.
+    std::uint64_t secret = 0;
     std::optional<membership_view> view;
     // the scheduler
     std::optional<data_set> data;          ///< assign
@@ -77,7 +81,7 @@ struct control_body {
 
     template <class Archive>
     void save(Archive& ar) const {
-        ar(op, role, rank, local, barrier_group, id, version);
+        ar(op, role, rank, local, barrier_group, id, version, secret);
         save_text(ar, job_id);
         save_text(ar, address);
         save_text(ar, text);
@@ -90,7 +94,7 @@ struct control_body {
 
     template <class Archive>
     void load(Archive& ar) {
-        ar(op, role, rank, local, barrier_group, id, version);
+        ar(op, role, rank, local, barrier_group, id, version, secret);
         load_text(ar, job_id);
         load_text(ar, address);
         load_text(ar, text);
@@ -99,7 +103,7 @@ struct control_body {
         load_optional(ar, data);
         load_optional(ar, blocks);
         load_optional(ar, round);
-        if (op < control_op::join || op > control_op::round || role < node_role::manager ||
+        if (op < control_op::join || op > control_op::retire || role < node_role::manager ||
             role > node_role::reader || barrier_group < group::all ||
             barrier_group > group::workers) {
             throw std::domain_error("unknown control operation, role or group");
