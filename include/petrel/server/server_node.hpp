@@ -589,8 +589,15 @@ private:
         /// used rather than refused while the view travels.
         bool ahead(const wire::message_header& h) const {
             const bool replica = (h.flags & wire::flag_replica) != 0;
-            return h.view > plan.version && (replica || plan.version != 0);
+            if (replica) {
+                return h.view > plan.version; // from a server: it carries the secret
+            }
+            // A worker's view is at most a few changes ahead; one claiming more is judged
+            // by this server's plan at once, so that it cannot park requests for good.
+            return plan.version != 0 && h.view > plan.version &&
+                   h.view - plan.version <= max_views_ahead;
         }
+        static constexpr std::uint64_t max_views_ahead = 64;
 
         /// Whether requests from `c` wait for a newer view (the ones after them wait too,
         /// so that each connection's requests apply in order).
