@@ -353,31 +353,38 @@ TEST_CASE("run: exact sums through a server failure", "[.][spmd_failover]") {
     }
     const char* clocks_text = std::getenv("PETREL_TEST_CLOCKS");
     const int clocks = clocks_text ? std::atoi(clocks_text) : 40;
-    const int status = petrel::run(cfg, [&](petrel::worker_node& w) {
-        petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 5});
-        std::vector<std::uint64_t> keys(20000);
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-            keys[i] = i * 3;
-        }
-        const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
-        for (int i = 0; i < clocks; ++i) {
-            kv.push(keys, ones, asio::use_future).get();
-            kv.clock();
-            std::this_thread::sleep_for(50ms);
-        }
-        const auto got = kv.pull(keys, asio::use_future).get(); // sees every clock
-        const float expected = float(clocks) * float(w.workers());
-        std::size_t wrong = 0;
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-            wrong += got.values()(i) == expected ? 0 : 1;
-        }
-        if (wrong != 0) {
-            std::fprintf(stderr, "worker %u: %zu of %zu sums wrong (key 0: %g, expected %g)\n",
-                         w.rank(), wrong, keys.size(), double(got.values()(0)), double(expected));
-        }
-        bad += wrong;
-        checked += keys.size();
-    });
+    // The graceful-leave tests read the membership changes, which are logged as info.
+    const auto level =
+        std::getenv("PETREL_TEST_LOG_INFO") ? petrel::log_level::info : petrel::log_level::warning;
+    const int status = petrel::run(
+        cfg,
+        [&](petrel::worker_node& w) {
+            petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 5});
+            std::vector<std::uint64_t> keys(20000);
+            for (std::size_t i = 0; i < keys.size(); ++i) {
+                keys[i] = i * 3;
+            }
+            const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+            for (int i = 0; i < clocks; ++i) {
+                kv.push(keys, ones, asio::use_future).get();
+                kv.clock();
+                std::this_thread::sleep_for(50ms);
+            }
+            const auto got = kv.pull(keys, asio::use_future).get(); // sees every clock
+            const float expected = float(clocks) * float(w.workers());
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < keys.size(); ++i) {
+                wrong += got.values()(i) == expected ? 0 : 1;
+            }
+            if (wrong != 0) {
+                std::fprintf(stderr, "worker %u: %zu of %zu sums wrong (key 0: %g, expected %g)\n",
+                             w.rank(), wrong, keys.size(), double(got.values()(0)),
+                             double(expected));
+            }
+            bad += wrong;
+            checked += keys.size();
+        },
+        petrel::stderr_logger(level));
     CHECK(status == petrel::run_ok);
     CHECK(bad == 0);
 }
@@ -454,6 +461,53 @@ TEST_CASE("run: more simultaneous failures than replicas fail the job clearly",
         CHECK(p->exit_code() != 0);
     }
     CHECK_THAT(procs[0]->output(), Catch::Contains("are lost"));
+}
+
+TEST_CASE("run: a server process given SIGTERM hands its keys over and leaves, no update lost",
+          "[fault][process]") {
+    // Rank 1 hosts only server 2: on SIGTERM it leaves gracefully while the workers train;
+    // nothing fails, and every worker's exact sums hold.
+    auto procs = start_job(
+        "[spmd_failover]", 5,
+        {{"PETREL_SERVERS", "3"}, {"PETREL_TEST_CLOCKS", "60"}, {"PETREL_TEST_LOG_INFO", "1"}});
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE_FALSE(procs[1]->wait_for(0ms)); // still training
+    procs[1]->kill(SIGTERM);
+    REQUIRE(procs[1]->wait_for(30s));
+    INFO("rank 1:\n" << procs[1]->output());
+    CHECK(procs[1]->exit_code() == 0);
+    CHECK_THAT(procs[1]->output(), Catch::Contains("left the job"));
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(120s)); // no hang
+    }
+    for (int r : {0, 2, 3, 4}) {
+        const auto& p = procs[static_cast<std::size_t>(r)];
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() == 0);
+    }
+    CHECK_THAT(procs[0]->output(), Catch::Contains("left; its key ranges moved to their replicas"));
+    CHECK_THAT(procs[0]->output(), !Catch::Contains("failed: "));
+}
+
+TEST_CASE("run: a server without replicas given SIGTERM is refused and keeps serving",
+          "[fault][process]") {
+    // With no replicas server 2's keys have no other copy: it says why it cannot leave,
+    // and the job ends as usual, with exact sums.
+    auto procs = start_job(
+        "[spmd_failover]", 5,
+        {{"PETREL_SERVERS", "3"}, {"PETREL_REPLICAS", "0"}, {"PETREL_TEST_CLOCKS", "60"}});
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE_FALSE(procs[1]->wait_for(0ms));
+    procs[1]->kill(SIGTERM);
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(120s));
+    }
+    for (int r = 0; r < 5; ++r) {
+        const auto& p = procs[static_cast<std::size_t>(r)];
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() == 0);
+    }
+    CHECK_THAT(procs[1]->output(), Catch::Contains("cannot leave"));
 }
 
 TEST_CASE("run: four processes under mpirun", "[cluster][mpi]") {

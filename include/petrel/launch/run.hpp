@@ -13,15 +13,18 @@
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
 #include <asio/use_future.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -62,6 +65,90 @@ namespace detail {
         return e.code();
     }
 }
+
+/// SIGTERM to a process that hosts only servers (what `kill`, Kubernetes and most
+/// schedulers send before they stop a process): each of its servers asks to leave
+/// (`member::async_retire`). A server the manager let go is `retired`; one it refused
+/// (its keys have no other live copy) says why and keeps serving, and a later SIGTERM
+/// asks again. Stops listening when destroyed.
+class leave_on_sigterm {
+public:
+    leave_on_sigterm(asio::io_context& io, std::vector<std::shared_ptr<member>> servers,
+                     std::function<void(const std::string&)> say)
+        : signals_(io, SIGTERM), state_(std::make_shared<state>()) {
+        state_->signals = &signals_;
+        state_->say = std::move(say);
+        state_->retired.assign(servers.size(), false);
+        state_->pending.assign(servers.size(), false);
+        state_->servers = std::move(servers);
+        std::lock_guard lock(state_->mutex);
+        arm(state_);
+    }
+    leave_on_sigterm(const leave_on_sigterm&) = delete;
+    leave_on_sigterm& operator=(const leave_on_sigterm&) = delete;
+    ~leave_on_sigterm() {
+        std::lock_guard lock(state_->mutex);
+        state_->stopped = true; // handlers still queued touch nothing but the state
+        std::error_code ec;
+        signals_.cancel(ec);
+    }
+
+    /// Whether the manager let server `i` (of the ones given) leave.
+    [[nodiscard]] bool retired(std::size_t i) const {
+        std::lock_guard lock(state_->mutex);
+        return i < state_->retired.size() && state_->retired[i];
+    }
+
+private:
+    struct state {
+        std::mutex mutex;
+        bool stopped = false;
+        asio::signal_set* signals = nullptr;
+        std::vector<std::shared_ptr<member>> servers;
+        std::vector<bool> retired;
+        std::vector<bool> pending;
+        std::function<void(const std::string&)> say;
+    };
+
+    /// Waits for the next SIGTERM. Called with the state locked.
+    static void arm(const std::shared_ptr<state>& st) {
+        st->signals->async_wait([st](std::error_code ec, int) {
+            if (!ec) {
+                on_signal(st);
+            }
+        });
+    }
+
+    static void on_signal(const std::shared_ptr<state>& st) {
+        std::vector<std::size_t> ask;
+        {
+            std::lock_guard lock(st->mutex);
+            if (st->stopped) {
+                return;
+            }
+            arm(st);
+            for (std::size_t i = 0; i < st->servers.size(); ++i) {
+                if (!st->retired[i] && !st->pending[i]) {
+                    st->pending[i] = true;
+                    ask.push_back(i);
+                }
+            }
+        }
+        for (const auto i : ask) {
+            const auto& m = st->servers[i];
+            st->say("petrel: SIGTERM: server " + std::to_string(m->id()) +
+                    " asks to hand its keys over and leave");
+            m->async_retire([st, i](std::error_code ec) {
+                std::lock_guard lock(st->mutex);
+                st->pending[i] = false;
+                st->retired[i] = !ec; // refused: logged by the member, it keeps serving
+            });
+        }
+    }
+
+    asio::signal_set signals_;
+    std::shared_ptr<state> state_;
+};
 
 } // namespace detail
 
@@ -271,6 +358,15 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             }
         }
 
+        // A process that hosts only servers hands their keys over and leaves on SIGTERM:
+        // a server the manager let go stops once the new view had a heartbeat's time to
+        // reach the workers, without the final barrier, and the process ends with success.
+        std::optional<detail::leave_on_sigterm> sigterm;
+        if (status == run_ok && !servers.empty() && !manager && s.workers_here == 0) {
+            sigterm.emplace(io, members,
+                            [&](const std::string& text) { say(log_level::info, text); });
+        }
+
         // Work: each worker runs the training code on its own thread, then every node
         // meets at the final barrier, then leaves.
         if (status == run_ok) {
@@ -314,6 +410,22 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                         }
                     }
                     auto done = m->async_barrier(group::all, asio::use_future);
+                    if (sigterm) {
+                        while (done.wait_for(std::chrono::milliseconds(50)) !=
+                               std::future_status::ready) {
+                            if (sigterm->retired(i)) {
+                                std::this_thread::sleep_for(s.heartbeat_interval);
+                                m->close(); // ends the wait at the barrier
+                                break;
+                            }
+                        }
+                    }
+                    if (sigterm && sigterm->retired(i)) {
+                        (void)detail::outcome(done);
+                        say(log_level::info, "petrel: server " + std::to_string(m->id()) +
+                                                 " left the job; its keys moved to their replicas");
+                        return; // it left: no final barrier, no leave
+                    }
                     if (auto ec = detail::outcome(done)) {
                         failed(m->failure().empty() ? "final barrier: " + ec.message()
                                                     : m->failure());
@@ -332,6 +444,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                     status = run_failed;
                 }
             }
+            sigterm.reset();
             for (std::size_t i = 0; i < servers.size(); ++i) {
                 if (const auto lost = servers[i]->data_lost(); !lost.empty()) {
                     failed("server " + std::to_string(members[i]->id()) +
