@@ -996,12 +996,15 @@ TEMPLATE_TEST_CASE("kv_store: a server hands its keys over and leaves during tra
     // Server 2 leaves: its replicas hold its keys whole, so the manager moves them there
     // and the server closes; the workers send what it had not answered to the new owners.
     bool whole = false;
+    std::string blocker = "not asked";
     CHECK(train_through<TestType>(job, [&] {
               whole = job.servers[1]->chain_whole();
+              blocker = job.servers[1]->hand_over_blocker();
               job.members[1]->async_retire(asio::use_future).get();
               job.servers[1]->close();
           }) == 0);
     CHECK(whole);
+    CHECK(blocker.empty());
     const auto v = job.members[0]->view();
     CHECK(v->find(job.members[1]->id())->state == petrel::node_state::left);
     CHECK(v->failures().empty());
@@ -1017,6 +1020,8 @@ TEST_CASE("kv_store: a server whose keys have no other copy cannot leave", "[fau
     std::iota(keys.begin(), keys.end(), key_t64{0});
     const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
     kv.push(keys, ones, asio::use_future).get();
+    // The server knows it may not leave: its table has no copy elsewhere.
+    CHECK_THAT(job.servers[0]->hand_over_blocker(), Catch::Contains("keeps no copy"));
     try {
         job.members[0]->async_retire(asio::use_future).get();
         FAIL("a server left with keys nobody else holds");
@@ -1029,6 +1034,41 @@ TEST_CASE("kv_store: a server whose keys have no other copy cannot leave", "[fau
     CHECK(kv.view()->find(job.members[0]->id())->state == petrel::node_state::alive);
     kv.push(keys, ones, asio::use_future).get();
     CHECK(kv.pull(keys, asio::use_future).get().values()(0) == 2.0f);
+}
+
+TEST_CASE("kv_store: a pull waiting on a server that hands its keys over goes to the new owner",
+          "[fault]") {
+    failover_job job(3, 2, 1);
+    petrel::kv_store<key_t64, float, petrel::sequential> kv0(*job.workers[0]);
+    petrel::kv_store<key_t64, float, petrel::sequential> kv1(*job.workers[1]);
+    std::vector<key_t64> keys(500);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    kv0.push(keys, ones, asio::use_future).get();
+    kv1.push(keys, ones, asio::use_future).get();
+    kv0.clock();
+    // Parked on every server until worker 1 completes clock 1.
+    auto pulled = kv0.pull(keys, asio::use_future);
+    std::this_thread::sleep_for(300ms);
+    REQUIRE(pulled.wait_for(0ms) != std::future_status::ready);
+    // Server 2 leaves but stays up: worker 1's tick no longer goes to it, so the pull it
+    // parked must move to the keys' new owner rather than wait for its timeout.
+    job.members[1]->async_retire(asio::use_future).get();
+    const auto leaver = job.members[1]->id();
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (kv1.view()->find(leaver)->state == petrel::node_state::alive &&
+           std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(10ms);
+    }
+    REQUIRE(kv1.view()->find(leaver)->state == petrel::node_state::left);
+    kv1.clock();
+    REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+    const auto got = pulled.get();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        wrong += got.values()(i) == 2.0f ? 0 : 1;
+    }
+    CHECK(wrong == 0);
 }
 
 TEST_CASE("kv_store: a pull waiting on a server that dies is answered by its replica", "[fault]") {

@@ -1969,6 +1969,9 @@ private:
             h.range_begin = c.range.begin;
             h.range_end = c.range.end;
             h.clock = required;
+            // A server answers under exactly this view (it waits for a newer one, refuses
+            // an older one), so that the results cover each key once.
+            h.view = where->view->version;
             m.set_segment(wire::values_segment, c.body);
             slice s;
             s.server = where->servers[slots[i]];

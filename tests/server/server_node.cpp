@@ -854,6 +854,18 @@ TEST_CASE("replication: a server refuses keys its newer view placed elsewhere", 
     CHECK(c.rows(1).empty());
     CHECK(c.rows(2).empty());
     CHECK(c.rows(3).empty());
+    // A checkpoint asks the servers view 1 names: their keys changed since, so they
+    // refuse rather than write shards that miss keys.
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("petrel-stale-save-" + std::to_string(::getpid()));
+    try {
+        kv->save(dir.string(), asio::use_future).get();
+        FAIL("a checkpoint was written under a view whose servers' keys changed");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == errc::stale_view);
+    }
+    CHECK_FALSE(std::filesystem::exists(dir / "table-0" / "manifest.json"));
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("replication: only servers of the job can send replica updates", "[fault]") {

@@ -17,6 +17,7 @@
 #include <asio/use_future.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -67,87 +68,125 @@ namespace detail {
 }
 
 /// SIGTERM to a process that hosts only servers (what `kill`, Kubernetes and most
-/// schedulers send before they stop a process): each of its servers asks to leave
-/// (`member::async_retire`). A server the manager let go is `retired`; one it refused
-/// (its keys have no other live copy) says why and keeps serving, and a later SIGTERM
-/// asks again. Stops listening when destroyed.
+/// schedulers send before they stop a process): its servers leave one at a time
+/// (`member::async_retire`), each once it may (`server_node::hand_over_blocker`: its
+/// last copy down its chain is acknowledged, every table it holds keeps a copy
+/// elsewhere). A server the manager let go is `retired`; one that may not leave, or
+/// that the manager refused (its keys have no other live copy), says why and keeps
+/// serving, and a later SIGTERM asks again. Stops listening when destroyed.
 class leave_on_sigterm {
 public:
-    leave_on_sigterm(asio::io_context& io, std::vector<std::shared_ptr<member>> servers,
-                     std::function<void(const std::string&)> say)
-        : signals_(io, SIGTERM), state_(std::make_shared<state>()) {
-        state_->signals = &signals_;
-        state_->say = std::move(say);
-        state_->retired.assign(servers.size(), false);
-        state_->pending.assign(servers.size(), false);
-        state_->servers = std::move(servers);
-        std::lock_guard lock(state_->mutex);
-        arm(state_);
+    leave_on_sigterm(asio::io_context& io, std::vector<std::shared_ptr<member>> members,
+                     std::vector<std::shared_ptr<server_node>> servers,
+                     std::chrono::milliseconds patience,
+                     std::function<void(log_level, const std::string&)> say)
+        : signals_(io, SIGTERM), members_(std::move(members)), servers_(std::move(servers)),
+          patience_(patience), say_(std::move(say)), control_(std::make_shared<control>()) {
+        control_->signals = &signals_;
+        control_->retired.assign(servers_.size(), false);
+        {
+            std::lock_guard lock(control_->mutex);
+            arm(control_);
+        }
+        thread_ = std::thread([this] { leave_when_asked(); });
     }
     leave_on_sigterm(const leave_on_sigterm&) = delete;
     leave_on_sigterm& operator=(const leave_on_sigterm&) = delete;
     ~leave_on_sigterm() {
-        std::lock_guard lock(state_->mutex);
-        state_->stopped = true; // handlers still queued touch nothing but the state
-        std::error_code ec;
-        signals_.cancel(ec);
+        {
+            std::lock_guard lock(control_->mutex);
+            control_->stopped = true; // a handler still queued touches only `control`
+            std::error_code ec;
+            signals_.cancel(ec);
+        }
+        control_->wake.notify_all();
+        thread_.join();
     }
 
     /// Whether the manager let server `i` (of the ones given) leave.
     [[nodiscard]] bool retired(std::size_t i) const {
-        std::lock_guard lock(state_->mutex);
-        return i < state_->retired.size() && state_->retired[i];
+        std::lock_guard lock(control_->mutex);
+        return i < control_->retired.size() && control_->retired[i];
     }
 
 private:
-    struct state {
+    /// What the signal handler and the leaving thread share.
+    struct control {
         std::mutex mutex;
+        std::condition_variable wake;
         bool stopped = false;
+        std::uint64_t asked = 0; // SIGTERMs received
         asio::signal_set* signals = nullptr;
-        std::vector<std::shared_ptr<member>> servers;
         std::vector<bool> retired;
-        std::vector<bool> pending;
-        std::function<void(const std::string&)> say;
     };
 
-    /// Waits for the next SIGTERM. Called with the state locked.
-    static void arm(const std::shared_ptr<state>& st) {
-        st->signals->async_wait([st](std::error_code ec, int) {
-            if (!ec) {
-                on_signal(st);
+    /// Waits for the next SIGTERM. Called with the control's mutex held.
+    static void arm(const std::shared_ptr<control>& c) {
+        c->signals->async_wait([c](std::error_code ec, int) {
+            if (ec) {
+                return;
             }
+            std::lock_guard lock(c->mutex);
+            if (c->stopped) {
+                return;
+            }
+            ++c->asked;
+            arm(c);
+            c->wake.notify_all();
         });
     }
 
-    static void on_signal(const std::shared_ptr<state>& st) {
-        std::vector<std::size_t> ask;
-        {
-            std::lock_guard lock(st->mutex);
-            if (st->stopped) {
+    void leave_when_asked() {
+        auto& c = *control_;
+        std::uint64_t done = 0;
+        std::unique_lock lock(c.mutex);
+        for (;;) {
+            c.wake.wait(lock, [&] { return c.stopped || c.asked != done; });
+            if (c.stopped) {
                 return;
             }
-            arm(st);
-            for (std::size_t i = 0; i < st->servers.size(); ++i) {
-                if (!st->retired[i] && !st->pending[i]) {
-                    st->pending[i] = true;
-                    ask.push_back(i);
+            done = c.asked;
+            for (std::size_t i = 0; i < servers_.size() && !c.stopped; ++i) {
+                if (c.retired[i]) {
+                    continue;
                 }
+                const auto id = std::to_string(members_[i]->id());
+                // A copy down its chain still in flight ends soon: wait for it (up to
+                // `patience_`); any other reason not to leave stays.
+                const auto until = std::chrono::steady_clock::now() + patience_;
+                while (!servers_[i]->chain_whole() && !c.stopped &&
+                       std::chrono::steady_clock::now() < until) {
+                    c.wake.wait_for(lock, std::chrono::milliseconds(50));
+                }
+                const std::string blocker = servers_[i]->hand_over_blocker();
+                if (c.stopped) {
+                    return;
+                }
+                lock.unlock();
+                if (!blocker.empty()) {
+                    say_(log_level::warning, "petrel: SIGTERM: server " + id + " cannot leave: " +
+                                                 blocker + "; it keeps serving");
+                    lock.lock();
+                    continue;
+                }
+                say_(log_level::info,
+                     "petrel: SIGTERM: server " + id + " hands its keys over and leaves");
+                auto left = members_[i]->async_retire(asio::use_future);
+                // Refused: the member logs why, and the server keeps serving.
+                const bool ok = !outcome(left);
+                lock.lock();
+                c.retired[i] = ok;
             }
-        }
-        for (const auto i : ask) {
-            const auto& m = st->servers[i];
-            st->say("petrel: SIGTERM: server " + std::to_string(m->id()) +
-                    " asks to hand its keys over and leave");
-            m->async_retire([st, i](std::error_code ec) {
-                std::lock_guard lock(st->mutex);
-                st->pending[i] = false;
-                st->retired[i] = !ec; // refused: logged by the member, it keeps serving
-            });
         }
     }
 
     asio::signal_set signals_;
-    std::shared_ptr<state> state_;
+    std::vector<std::shared_ptr<member>> members_;
+    std::vector<std::shared_ptr<server_node>> servers_;
+    std::chrono::milliseconds patience_;
+    std::function<void(log_level, const std::string&)> say_;
+    std::shared_ptr<control> control_;
+    std::thread thread_;
 };
 
 } // namespace detail
@@ -363,8 +402,8 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         // reach the workers, without the final barrier, and the process ends with success.
         std::optional<detail::leave_on_sigterm> sigterm;
         if (status == run_ok && !servers.empty() && !manager && s.workers_here == 0) {
-            sigterm.emplace(io, members,
-                            [&](const std::string& text) { say(log_level::info, text); });
+            sigterm.emplace(io, members, servers, 2 * s.heartbeat_timeout,
+                            [&](log_level level, const std::string& text) { say(level, text); });
         }
 
         // Work: each worker runs the training code on its own thread, then every node

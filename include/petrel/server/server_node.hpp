@@ -196,8 +196,23 @@ public:
                 !state_->plan.partition_of ||
                 std::find(state_->plan.primaries.begin(), state_->plan.primaries.end(),
                           state_->opts.node_id) != state_->plan.primaries.end();
+            state_->all_mine =
+                std::all_of(state_->plan.primaries.begin(), state_->plan.primaries.end(),
+                            [id = state_->opts.node_id](std::uint32_t p) { return p == id; });
+            {
+                const auto& now = state_->plan.primaries;
+                const auto id = state_->opts.node_id;
+                bool same = old.primaries.size() == now.size();
+                for (std::size_t p = 0; same && p < now.size(); ++p) {
+                    same = (old.primaries[p] == id) == (now[p] == id);
+                }
+                if (!same) {
+                    state_->placed_at = state_->plan.version;
+                }
+            }
             state_->follow_chains(old);
             state_->rereplicate(old);
+            state_->refuse_moved_reads(old, out);
             state_->resume(out);
         }
         state_->send(out);
@@ -212,6 +227,30 @@ public:
     [[nodiscard]] bool chain_whole() const {
         std::lock_guard lock(state_->mutex);
         return state_->copying == 0 && !state_->copy_failed;
+    }
+
+    /// Empty when this server may hand its keys over and leave (`member::async_retire`):
+    /// its last copy down its chain was acknowledged (`chain_whole`) and every table it
+    /// holds rows of as a primary keeps a copy on another server. Otherwise why not.
+    [[nodiscard]] std::string hand_over_blocker() const {
+        std::lock_guard lock(state_->mutex);
+        const auto& st = *state_;
+        if (st.copying != 0) {
+            return "its copy down its chain is not acknowledged yet";
+        }
+        if (st.copy_failed) {
+            return "its last copy down its chain failed";
+        }
+        const auto chain = st.plan.chains.find(st.opts.node_id);
+        const std::size_t replicas = chain == st.plan.chains.end() ? 0 : chain->second.size() - 1;
+        for (const auto& [id, slot] : st.tables) {
+            if (st.holds_keys && slot.table && slot.table->size() > 0 &&
+                std::min<std::size_t>(slot.replicas, replicas) == 0) {
+                return "table " + std::to_string(id) +
+                       " keeps no copy of its rows on another server";
+            }
+        }
+        return {};
     }
 
     /// Empty, or the failed servers whose keys this server took over without a full copy
@@ -473,6 +512,13 @@ private:
         // Whether the plan makes this server the primary of some keys (a server that
         // handed its keys over, or left, reports no clock durable).
         bool holds_keys = true;
+        // Whether the plan makes this server the primary of every key (placement checks
+        // then pass at once).
+        bool all_mine = true;
+        // The plan version from which this server is the primary of the keys it is now.
+        std::uint64_t placed_at = 0;
+        // Bytes of the requests in `held_back`.
+        std::uint64_t held_back_bytes = 0;
         // Copies down this server's chain whose end the chain has not acknowledged yet,
         // and whether the last one failed.
         std::size_t copying = 0;
@@ -557,7 +603,11 @@ private:
                     }
                     break;
                 case wire::message_kind::call:
-                    on_read(c, std::move(m), out);
+                    if (ahead(m.header) || holds_back(c)) {
+                        hold_back(c, std::move(m), out);
+                    } else {
+                        on_read(c, std::move(m), out);
+                    }
                     break;
                 case wire::message_kind::clock:
                     on_clock(c, m, out);
@@ -608,7 +658,8 @@ private:
 
         /// Keeps a push or pull until the plan of its view arrives (`resume`).
         void hold_back(const connection_ptr& c, wire::message&& m, outbox& out) {
-            if (held_back.size() >= opts.max_parked) {
+            if (held_back.size() >= opts.max_parked ||
+                held_back_bytes + bytes_of(m) > opts.max_held_bytes) {
                 out.emplace_back(c, refusal(m.header,
                                             m.header.kind == wire::message_kind::pull
                                                 ? wire::message_kind::pull_reply
@@ -616,6 +667,7 @@ private:
                                             errc::backlog_full));
                 return;
             }
+            held_back_bytes += bytes_of(m);
             held_back.push_back({c, std::move(m)});
         }
 
@@ -623,16 +675,18 @@ private:
         void resume(outbox& out) {
             auto list = std::move(held_back);
             held_back.clear();
+            held_back_bytes = 0;
             std::vector<const connection*> blocked;
             for (auto& w : list) {
                 const bool after_blocked =
                     std::find(blocked.begin(), blocked.end(), w.conn.get()) != blocked.end();
                 if (after_blocked || ahead(w.request.header)) {
                     blocked.push_back(w.conn.get());
+                    held_back_bytes += bytes_of(w.request);
                     held_back.push_back(std::move(w));
                     continue;
                 }
-                if (w.request.header.kind == wire::message_kind::pull) {
+                if (w.request.header.kind != wire::message_kind::push) {
                     on_read(w.conn, std::move(w.request), out);
                 } else {
                     on_push(w.conn, std::move(w.request), out);
@@ -644,7 +698,13 @@ private:
         /// acknowledged and stay.
         void forget(const connection_ptr& c) {
             std::lock_guard lock(mutex);
-            std::erase_if(held_back, [&](const waiting& w) { return w.conn == c; });
+            std::erase_if(held_back, [&](const waiting& w) {
+                if (w.conn != c) {
+                    return false;
+                }
+                held_back_bytes -= bytes_of(w.request);
+                return true;
+            });
             for (auto& [id, slot] : tables) {
                 slot.gate.remove_if([&](const waiting& w) {
                     return w.conn == c && w.request.header.kind != wire::message_kind::push;
@@ -881,9 +941,12 @@ private:
             } else if (!transfer) {
                 s->table->apply(m);
             }
-            if (transfer && (h.flags & wire::flag_ordered) != 0) {
-                auto& r = s->replicated[origin]; // the rows after the primary's clock h.clock
-                r = std::max(r, h.clock + 1);
+            if (transfer) {
+                // The rows after the primary's clock h.clock (one clock's rows), or a full
+                // copy holding every clock below h.clock: resent pushes of those clocks
+                // are already in them.
+                auto& r = s->replicated[origin];
+                r = std::max(r, (h.flags & wire::flag_ordered) != 0 ? h.clock + 1 : h.clock);
             }
             auto reply = reply_to(h, wire::message_kind::push_reply);
             if (!replica) {
@@ -933,7 +996,8 @@ private:
         /// `errc::stale_view`, and the worker sends them where its newer view says; a
         /// replica refuses updates of keys whose primary moved.
         bool primary_of(const wire::message& m, std::uint32_t self) const {
-            if (!plan.partition_of || plan.primaries.empty()) {
+            if (!plan.partition_of || plan.primaries.empty() ||
+                (self == opts.node_id && all_mine)) {
                 return true;
             }
             auto mine = [&](std::uint64_t k) {
@@ -958,18 +1022,26 @@ private:
                 return true;
             }
             const std::uint64_t stripe = std::max<std::uint64_t>(plan.stripe_keys, 1);
+            // So many stripes reach every partition (in one run or over all of them): all
+            // must be this server's. Bounds the work a request can cause under the lock.
+            std::uint64_t budget = 8 * plan.primaries.size();
+            auto all = [&] {
+                return std::all_of(plan.primaries.begin(), plan.primaries.end(),
+                                   [self](std::uint32_t p) { return p == self; });
+            };
             for (std::size_t i = 0; i + 1 < n; i += 2) {
                 const std::uint64_t b = key_at(i);
                 const std::uint64_t e = key_at(i + 1);
                 if (b >= e) {
                     continue;
                 }
-                if ((e - 1) / stripe - b / stripe >= 8 * plan.primaries.size()) {
-                    // So many stripes reach every partition: all must be this server's.
-                    return std::all_of(plan.primaries.begin(), plan.primaries.end(),
-                                       [self](std::uint32_t p) { return p == self; });
+                if ((e - 1) / stripe - b / stripe >= budget) {
+                    return all();
                 }
                 for (std::uint64_t k = b; k < e;) {
+                    if (budget-- == 0) {
+                        return all();
+                    }
                     if (!mine(k)) {
                         return false;
                     }
@@ -992,7 +1064,10 @@ private:
                 return 0; // handed its keys over: nothing applied here lasts
             }
             const auto done = s.gate.completed(clock_gate<waiting>::all());
-            return s.unacked.empty() ? done : std::min(done, s.unacked.front());
+            // Clocks resent late (applied after later ones) make the queue unordered.
+            return s.unacked.empty()
+                       ? done
+                       : std::min(done, *std::min_element(s.unacked.begin(), s.unacked.end()));
         }
 
         /// The end of a primary's copy down its chain: this server holds its keys whole.
@@ -1124,6 +1199,36 @@ private:
             return {};
         }
 
+        /// After a new plan that took partitions from this server: the reads parked here
+        /// for keys it no longer holds would wait for clocks its workers no longer send it;
+        /// they get `errc::stale_view`, and the workers send them to the new owners.
+        void refuse_moved_reads(const replication_plan& old, outbox& out) {
+            const auto self = opts.node_id;
+            bool moved = false;
+            for (std::size_t p = 0; p < old.primaries.size() && !moved; ++p) {
+                moved = old.primaries[p] == self &&
+                        (p >= plan.primaries.size() || plan.primaries[p] != self);
+            }
+            if (old.version == 0 || !moved) {
+                return;
+            }
+            for (auto& [id, s] : tables) {
+                auto dropped = s.gate.remove_if([&](const waiting& w) {
+                    const auto kind = w.request.header.kind;
+                    if (!w.conn || kind == wire::message_kind::push) {
+                        return false;
+                    }
+                    return kind == wire::message_kind::call ? true : !primary_of(w.request, self);
+                });
+                for (auto& w : dropped) {
+                    const auto kind = w.request.header.kind == wire::message_kind::pull
+                                          ? wire::message_kind::pull_reply
+                                          : wire::message_kind::call_reply;
+                    out.emplace_back(w.conn, refusal(w.request.header, kind, errc::stale_view));
+                }
+            }
+        }
+
         /// After a new plan: marks the primaries whose copy this server now waits for (it
         /// joined their chain, or their keys grew), and notes data lost when this server
         /// took over partitions of a primary of which it held no full copy.
@@ -1188,6 +1293,9 @@ private:
             const auto self = opts.node_id;
             auto it = plan.chains.find(self);
             if (it == plan.chains.end() || it->second.size() < 2 || !plan.partition_of) {
+                for (auto& [id, s] : tables) {
+                    s.unacked.clear(); // no copy left to wait for: applied here is all
+                }
                 return;
             }
             const auto& chain = it->second;
@@ -1241,13 +1349,36 @@ private:
                 end.header.worker = wire::no_worker;
                 ++copying;
                 copy_failed = false;
-                forward(chain[1], self, std::move(end), [weak = this->self](std::error_code ec) {
-                    if (auto st = weak.lock()) {
-                        std::lock_guard lock(st->mutex);
-                        --st->copying;
-                        st->copy_failed = st->copy_failed || ec;
+                // The copy holds the rows of every clock applied so far, so it covers the
+                // clocks whose own update the chain did not acknowledge (it refused them
+                // under a newer view): once it arrives whole, they are durable.
+                std::map<std::uint32_t, std::vector<std::uint64_t>> covered;
+                for (const auto& [id, s] : tables) {
+                    if (!s.unacked.empty()) {
+                        covered[id].assign(s.unacked.begin(), s.unacked.end());
                     }
-                });
+                }
+                forward(chain[1], self, std::move(end),
+                        [weak = this->self, covered = std::move(covered)](std::error_code ec) {
+                            if (auto st = weak.lock()) {
+                                std::lock_guard lock(st->mutex);
+                                --st->copying;
+                                st->copy_failed = st->copy_failed || ec;
+                                for (const auto& [id, clocks] : covered) {
+                                    auto it = st->tables.find(id);
+                                    if (ec || it == st->tables.end()) {
+                                        continue;
+                                    }
+                                    auto& q = it->second.unacked;
+                                    for (const auto c : clocks) {
+                                        if (auto at = std::find(q.begin(), q.end(), c);
+                                            at != q.end()) {
+                                            q.erase(at);
+                                        }
+                                    }
+                                }
+                            }
+                        });
             }
         }
 
@@ -1258,6 +1389,7 @@ private:
         void transfer(std::uint32_t id, table_slot& s, const replication_plan::peer& next) {
             const auto self = opts.node_id;
             const shard_table all = s.table->dump(id);
+            const std::uint64_t applied = s.gate.completed(clock_gate<waiting>::all());
             const std::size_t ks = wire::size_of(all.key_type);
             const std::size_t vs = wire::size_of(all.value_type);
             const std::size_t width = all.width;
@@ -1306,6 +1438,7 @@ private:
                 m.header.range_begin = lo;
                 m.header.range_end = hi + 1;
                 m.header.worker = wire::no_worker;
+                m.header.clock = applied; // every clock below it is in these rows
                 m.set_segment(wire::keys_segment, shared_bytes::copy_of(keys));
                 m.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
                 forward(next, self, std::move(m), {});
@@ -1407,6 +1540,12 @@ private:
             if (!ec && h.kind == wire::message_kind::pull && h.view != plan.version &&
                 !primary_of(m, opts.node_id)) {
                 ec = errc::stale_view; // another server holds these keys now
+            }
+            if (!ec && h.kind == wire::message_kind::call && h.view != 0 && h.view < placed_at) {
+                // Sent under a view before this server's keys changed: the caller asked
+                // the servers that view named, so its results (a checkpoint's shards)
+                // could miss keys or hold some twice.
+                ec = errc::stale_view;
             }
             table_slot* s = ec ? nullptr : slot(h.table_id, ec);
             if (!ec && !s->gate.readable(range_of(h), h.clock) &&
