@@ -1011,6 +1011,9 @@ TEMPLATE_TEST_CASE("kv_store: a server hands its keys over and leaves during tra
     CHECK_FALSE(v->ring.holds(job.members[1]->id()));
     CHECK_THAT(job.logs.all(), Catch::Contains("left; its key ranges moved to their replicas"));
     CHECK_THAT(job.logs.all(), !Catch::Contains("failed: "));
+    // Asking again (as a node does whose first answer came too late) gets the same answer.
+    CHECK_NOTHROW(job.members[1]->async_retire(asio::use_future).get());
+    CHECK(job.members[1]->view()->find(job.members[1]->id())->state == petrel::node_state::left);
 }
 
 TEST_CASE("kv_store: a server whose keys have no other copy cannot leave", "[fault]") {

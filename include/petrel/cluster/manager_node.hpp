@@ -239,6 +239,9 @@ private:
         std::shared_ptr<const membership_view> view;
         std::map<node_id, member> members; // live nodes
         std::map<const connection*, node_id> by_conn;
+        // Servers that left with `retire`, by connection: asked again (their first answer
+        // was lost or late), they get the same answer.
+        std::map<const connection*, node_id> retired;
         std::array<barrier_state, 3> barriers;
         std::vector<joining> early_readers; // readers that came before the job formed
         std::map<std::string, schedule_state> schedules;
@@ -374,6 +377,7 @@ private:
                 std::lock_guard lock(mutex);
                 std::erase_if(joins, [&](const joining& j) { return j.conn == c; });
                 std::erase_if(early_readers, [&](const joining& j) { return j.conn == c; });
+                retired.erase(c.get());
                 auto it = by_conn.find(c.get());
                 if (it == by_conn.end() || ph == phase::finished) {
                     return; // unknown, or the manager itself is shutting down
@@ -888,6 +892,14 @@ private:
         void on_retire(const connection_ptr& c, const wire::message_header& h,
                        std::vector<outgoing>& out,
                        std::vector<std::function<void(std::error_code)>>& done) {
+            if (const auto r = retired.find(c.get()); r != retired.end()) {
+                control_body b; // it left already: the same answer, with the newest view
+                b.op = control_op::retire;
+                b.version = view->version;
+                b.view = *view;
+                out.push_back({c, detail::make_control(b, &h)});
+                return;
+            }
             auto it = by_conn.find(c.get());
             const node_info* n = it == by_conn.end() || members.count(it->second) == 0
                                      ? nullptr
@@ -919,6 +931,7 @@ private:
             }
             members.erase(id);
             by_conn.erase(it);
+            retired[c.get()] = id;
             auto v = std::make_shared<membership_view>(*view);
             for (auto& m : v->nodes) {
                 if (m.id == id) {

@@ -171,9 +171,18 @@ private:
                 }
                 say_(log_level::info,
                      "petrel: SIGTERM: server " + id + " hands its keys over and leaves");
-                auto left = members_[i]->async_retire(asio::use_future);
-                // Refused: the member logs why, and the server keeps serving.
-                const bool ok = !outcome(left);
+                // Refused: the member logs why, and the server keeps serving. Not
+                // answered in time: asked again (the manager answers a server that
+                // already left as it did the first time).
+                std::error_code ec;
+                for (int attempt = 0; attempt < 3; ++attempt) {
+                    auto left = members_[i]->async_retire(asio::use_future);
+                    ec = outcome(left);
+                    if (ec != errc::timed_out) {
+                        break;
+                    }
+                }
+                const bool ok = !ec;
                 lock.lock();
                 c.retired[i] = ok;
             }

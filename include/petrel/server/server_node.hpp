@@ -19,6 +19,9 @@
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -109,6 +112,7 @@ public:
         state_->opts = std::move(opts);
         state_->self = state_;
         state_->pool = transport_.pool();
+        state_->executor = transport_.get_executor();
         state_->log = transport_.options().log;
         state_->limits = transport_.options().limits;
         state_->departed_all.assign(state_->opts.workers, false);
@@ -499,6 +503,7 @@ private:
         replication_plan plan;
         std::map<std::uint32_t, std::shared_ptr<detail::request_link>> links; // to peers
         std::shared_ptr<buffer_pool> pool;
+        asio::any_io_executor executor; // for completions that must not run under the lock
         wire::wire_limits limits;
         logger log;
         mutable std::mutex mutex;
@@ -829,7 +834,10 @@ private:
                                               ": no link to server " + std::to_string(next.id));
                 }
                 if (done) {
-                    done(make_error_code(errc::node_failed));
+                    // Not here: `done` may take the lock this call is made under.
+                    asio::post(executor, [done = std::move(done)] {
+                        done(make_error_code(errc::node_failed));
+                    });
                 }
                 return;
             }
