@@ -935,14 +935,14 @@ TEMPLATE_TEST_CASE("kv_store: workers join and leave a running job, clocks follo
     }
     const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
     std::atomic<std::uint64_t> started_at{0}; // the newcomer's first clock
-    std::latch running(1);
-    std::latch done(2); // the workers still training at the end
+    std::latch running(2);                    // both first workers have completed 4 clocks
+    std::latch done(2);                       // the workers still training at the end
     auto train = [&](std::size_t j, std::uint64_t until) {
         petrel::kv_store<key_t64, float, TestType> kv(*job.workers[j]);
         (void)kv.pull(keys, asio::use_future).get(); // a newcomer takes the job's clock
         const auto first = kv.current_clock();
         for (auto c = first; c < until; ++c) {
-            if (j == 0 && c == 4) {
+            if (j < 2 && c == 4) {
                 running.count_down();
             }
             kv.push(keys, ones, asio::use_future).get();

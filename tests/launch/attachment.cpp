@@ -249,7 +249,8 @@ TEST_CASE("attachment: a job that readers attach to", "[scheduler][spmd_readable
     cfg.heartbeat_interval = 100ms;
     cfg.heartbeat_timeout = 1000ms;
     cfg.startup_timeout = 60000ms;
-    const int status = petrel::run(cfg, [](petrel::worker_node& w) {
+    std::atomic<int> wrong{0}; // Catch's checks are not for the workers' threads
+    const int status = petrel::run(cfg, [&wrong](petrel::worker_node& w) {
         store kv(w);
         const xt::xtensor<float, 1> ones = xt::ones<float>({n_keys});
         for (int t = 0; t < 500; ++t) {
@@ -262,9 +263,12 @@ TEST_CASE("attachment: a job that readers attach to", "[scheduler][spmd_readable
         w.barrier(petrel::group::workers, asio::use_future).get();
         const auto p = kv.pull(all_keys, asio::use_future).get();
         const auto v = p.value_span();
-        CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == 2.0f * 500; }));
+        if (!std::all_of(v.begin(), v.end(), [](float x) { return x == 2.0f * 500; })) {
+            ++wrong;
+        }
     });
     CHECK(status == petrel::run_ok);
+    CHECK(wrong == 0);
 }
 
 TEST_CASE("attachment: a reader process attaches to a job of four processes by its root "
