@@ -8,11 +8,13 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -97,7 +99,15 @@ public:
     child_process(const child_process&) = delete;
     child_process& operator=(const child_process&) = delete;
 
-    ~child_process() { kill(SIGKILL); }
+    /// Stops the child if it still runs and removes its log (kept with
+    /// PETREL_TEST_KEEP_LOGS set; a failed check has already printed it).
+    ~child_process() {
+        kill(SIGKILL);
+        if (!std::getenv("PETREL_TEST_KEEP_LOGS")) {
+            std::error_code ec;
+            std::filesystem::remove(log_path_, ec);
+        }
+    }
 
     [[nodiscard]] pid_t pid() const noexcept { return pid_; }
 
