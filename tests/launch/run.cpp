@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -696,6 +697,19 @@ std::optional<std::string> signal_server_under_mpirun(int sig) {
     return p.output();
 }
 
+/// The lines of `out` in which the manager declares a node failed.
+std::size_t manager_failures(const std::string& out) {
+    std::size_t n = 0;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+        n += line.find("petrel manager:") != std::string::npos &&
+                     line.find(" failed: ") != std::string::npos
+                 ? 1
+                 : 0;
+    }
+    return n;
+}
+
 /// How many ranks' test runs passed in an mpirun output.
 std::size_t ranks_passed(const std::string& out) {
     std::size_t passed = 0;
@@ -733,7 +747,9 @@ TEST_CASE("run: a server under mpirun given SIGTERM leaves gracefully, no update
     CHECK(out->find("FAILED") == std::string::npos);
     CHECK_THAT(*out, Catch::Contains("left; its key ranges moved to their replicas"));
     CHECK_THAT(*out, Catch::Contains("server 2 left the job"));
-    CHECK_THAT(*out, !Catch::Contains("failed: "));
+    // The manager declared nobody failed (workers may log a request that met the closed
+    // server, which they then sent to the new owner).
+    CHECK(manager_failures(*out) == 0);
 }
 
 TEST_CASE("run: a server cut off by the network is declared failed and writes nothing more",
