@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <span>
 #include <string>
 #include <system_error>
@@ -566,7 +567,8 @@ struct replicated_servers {
     static constexpr std::uint64_t secret = 0x5ec2e7f00d;
 
     replicated_servers(std::uint32_t n, std::uint32_t replicas, std::uint32_t workers = 1,
-                       std::shared_ptr<const petrel::table_registry> tables = nullptr) {
+                       std::shared_ptr<const petrel::table_registry> tables = nullptr,
+                       std::uint64_t max_held_bytes = std::uint64_t{1} << 30) {
         ring.replicas = replicas;
         for (std::uint32_t i = 0; i < n; ++i) {
             petrel::transport_options t;
@@ -575,6 +577,7 @@ struct replicated_servers {
                 petrel::tcp_transport(io.executor(), t),
                 petrel::server_options{.node_id = i + 1,
                                        .workers = workers,
+                                       .max_held_bytes = max_held_bytes,
                                        .tables = tables,
                                        .replication_timeout = 5s}));
             addresses.push_back(servers.back()->listen("127.0.0.1:0"));
@@ -808,6 +811,29 @@ std::error_code send_raw(replicated_servers& c, std::size_t to, wire::message m)
 }
 
 } // namespace
+
+TEST_CASE("replication: requests held for a newer view are bounded in bytes", "[fault]") {
+    replicated_servers c(1, 0, 1, nullptr, 1024);
+    auto kv = c.store(); // the server follows view 1
+    // A worker's push claiming view 2: held until that view arrives, but not past the
+    // server's byte budget (200 keys and values: 2400 bytes).
+    wire::message m;
+    m.header.kind = wire::message_kind::push;
+    m.header.worker = 0;
+    m.header.view = 2;
+    m.header.key_count = 200;
+    m.header.range_begin = 0;
+    m.header.range_end = 200;
+    std::vector<std::uint64_t> keys(200);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    const std::vector<float> values(200, 1.0f);
+    m.set_segment(wire::keys_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    m.set_segment(wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    CHECK(send_raw(c, 0, std::move(m)) == errc::backlog_full);
+    CHECK(c.rows(1).empty());
+}
 
 TEST_CASE("replication: a replica update that the view does not place here is refused", "[fault]") {
     replicated_servers c(2, 1);

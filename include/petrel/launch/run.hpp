@@ -139,6 +139,7 @@ private:
     void leave_when_asked() {
         auto& c = *control_;
         std::uint64_t done = 0;
+        std::uint64_t moved_at = 0; // the view in which the last of these servers left
         std::unique_lock lock(c.mutex);
         for (;;) {
             c.wake.wait(lock, [&] { return c.stopped || c.asked != done; });
@@ -151,11 +152,13 @@ private:
                     continue;
                 }
                 const auto id = std::to_string(members_[i]->id());
-                // A copy down its chain still in flight ends soon: wait for it (up to
-                // `patience_`); any other reason not to leave stays.
+                // It follows the view in which the previous one left (it may have taken
+                // over keys and started copying them), and a copy down its chain still in
+                // flight ends soon: wait for both (up to `patience_`); any other reason
+                // not to leave stays.
                 const auto until = std::chrono::steady_clock::now() + patience_;
-                while (!servers_[i]->chain_whole() && !c.stopped &&
-                       std::chrono::steady_clock::now() < until) {
+                while ((servers_[i]->plan_version() < moved_at || !servers_[i]->chain_whole()) &&
+                       !c.stopped && std::chrono::steady_clock::now() < until) {
                     c.wake.wait_for(lock, std::chrono::milliseconds(50));
                 }
                 const std::string blocker = servers_[i]->hand_over_blocker();
@@ -183,6 +186,9 @@ private:
                     }
                 }
                 const bool ok = !ec;
+                if (ok) {
+                    moved_at = members_[i]->view()->version;
+                }
                 lock.lock();
                 c.retired[i] = ok;
             }

@@ -233,6 +233,13 @@ public:
         return state_->copying == 0 && !state_->copy_failed;
     }
 
+    /// The version of the replication plan this server follows (the job's view it last
+    /// took; 0 before the first).
+    [[nodiscard]] std::uint64_t plan_version() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->plan.version;
+    }
+
     /// Empty when this server may hand its keys over and leave (`member::async_retire`):
     /// its last copy down its chain was acknowledged (`chain_whole`) and every table it
     /// holds rows of as a primary keeps a copy on another server. Otherwise why not.
