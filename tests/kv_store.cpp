@@ -776,8 +776,11 @@ struct failover_job {
         return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), t), o);
     }
 
+    std::uint32_t worker_count = 0;
+
     failover_job(std::uint32_t n, std::uint32_t w, std::uint32_t replicas,
-                 std::uint32_t max_workers = 0) {
+                 std::uint32_t max_workers = 0, std::uint32_t max_servers = 0)
+        : worker_count(w) {
         petrel::transport_options t;
         t.log = logs.logger();
         manager = std::make_unique<petrel::manager_node>(
@@ -787,6 +790,7 @@ struct failover_job {
                 .servers = n,
                 .workers = w,
                 .max_workers = max_workers,
+                .max_servers = max_servers,
                 .ring = {.partitions = 64, .stripe_keys = 4, .replicas = replicas},
                 .heartbeat_timeout = 1000ms,
                 .startup_timeout = 20000ms});
@@ -837,12 +841,49 @@ struct failover_job {
         return workers.size() - 1;
     }
 
+    /// A server joins the running job (the manager admits up to `max_servers`) and
+    /// reports its copies complete until the ring gives it its partitions; returns its
+    /// member. The server is the last of `servers`.
+    std::shared_ptr<petrel::member> join_server(std::chrono::milliseconds patience = 20s) {
+        petrel::transport_options t;
+        t.log = logs.logger();
+        servers.push_back(std::make_unique<petrel::server_node>(
+            petrel::tcp_transport(io.executor(), t),
+            petrel::server_options{.workers = worker_count, .replication_timeout = 5s}));
+        auto* server = servers.back().get();
+        auto m = member_of(petrel::node_role::server, static_cast<std::uint32_t>(members.size()),
+                           server->listen("127.0.0.1:0"));
+        m->async_join(asio::use_future).get();
+        server->set_node_id(m->id());
+        auto follow = [server, secret = m->server_secret()](const petrel::member::view_ptr& v) {
+            petrel::follow_view(*server, *v, secret);
+        };
+        m->subscribe(follow);
+        follow(m->view());
+        joined.push_back(m);
+        const auto until = std::chrono::steady_clock::now() + patience;
+        std::uint64_t reported = 0;
+        while (!m->view()->ring.holds(m->id()) && std::chrono::steady_clock::now() < until) {
+            if (const auto v = server->join_ready(); v != 0 && v != reported) {
+                reported = v;
+                m->async_ready(v, asio::use_future).get();
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+        return m;
+    }
+
+    std::vector<std::shared_ptr<petrel::member>> joined; // servers that joined later
+
     failover_job(const failover_job&) = delete;
     failover_job& operator=(const failover_job&) = delete;
 
     /// No view reaches a server, and nothing logs, once the job is torn down.
     ~failover_job() {
         for (auto& m : members) {
+            m->close();
+        }
+        for (auto& m : joined) {
             m->close();
         }
         io.stop();
@@ -918,6 +959,37 @@ TEMPLATE_TEST_CASE("kv_store: training goes on through a server failure, every u
     CHECK(v->failures().empty()); // its keys live on: not a failure of the job
     CHECK_FALSE(v->ring.holds(job.members[1]->id()));
     CHECK_THAT(job.logs.all(), Catch::Contains("moved to their replicas"));
+}
+
+TEMPLATE_TEST_CASE("kv_store: a server joins during training, every update once", "[fault]",
+                   petrel::sequential, petrel::eventual, (petrel::bounded_delay<1>)) {
+    failover_job job(3, 2, 1, 0, 4);
+    std::shared_ptr<petrel::member> newcomer;
+    CHECK(train_through<TestType>(job, [&] {
+              try {
+                  newcomer = job.join_server();
+              } catch (...) {
+                  std::fprintf(stderr, "%s\n", job.logs.all().c_str());
+                  throw;
+              }
+          }) == 0);
+    REQUIRE(newcomer);
+    const auto v = job.members[0]->view();
+    // It is the primary of its share (a quarter of the 64 partitions), with a replica.
+    REQUIRE(v->ring.holds(newcomer->id()));
+    CHECK(v->next_ring.empty());
+    std::size_t primary = 0;
+    for (std::uint32_t p = 0; p < v->ring.options().partitions; ++p) {
+        primary += v->ring.owners(p)[0] == newcomer->id() ? 1 : 0;
+        CHECK(v->ring.owners(p).size() == 2);
+    }
+    CHECK(primary == 16);
+    CHECK(job.servers.back()->key_count(0) > 0);
+    CHECK_FALSE(job.servers.back()->awaiting_hand_over());
+    CHECK(v->failures().empty());
+    CHECK_THAT(job.logs.all(), Catch::Contains("took over its share of the key partitions"));
+    CHECK_THAT(job.logs.all(), Catch::Contains("handed its partitions over"));
+    CHECK_THAT(job.logs.all(), !Catch::Contains("failed: "));
 }
 
 TEMPLATE_TEST_CASE("kv_store: workers join and leave a running job, clocks follow them", "[fault]",

@@ -53,6 +53,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -486,9 +487,18 @@ public:
             }
         }
         auto request = tick_request(n, 0);
-        auto where = current_placement();
-        after(when_all(std::move(deps)), [pipe = pipe_, where,
+        after(when_all(std::move(deps)), [pipe = pipe_, weak = std::weak_ptr<shared>(shared_),
                                           request = std::move(request)]() mutable {
+            // The servers of the view at the time of sending: one that joined since the
+            // call was told of the clocks sent before it (`sync_ticks`), and gets this one.
+            std::shared_ptr<const placement> where;
+            if (auto s = weak.lock()) {
+                std::lock_guard lock(s->mutex);
+                if (s->owner) {
+                    where = s->owner->note_tick(request.header.clock);
+                }
+            }
+            request.header.view = where ? where->view->version : 0;
             return broadcast(pipe, where, std::move(request));
         }).on_complete([done = std::move(done)](std::error_code ec) mutable { done.complete(ec); });
         return tick;
@@ -737,7 +747,7 @@ private:
                         std::lock_guard lock(s->mutex);
                         if (s->owner && durable) {
                             s->owner->forget_durable(r->server, reply.header.clock);
-                            gone = s->owner->left_view(r->server);
+                            gone = s->owner->left_view(r->server, r->message.header.view);
                         }
                         if (s->owner && dropped && s->owner->park(r, ec)) {
                             return;
@@ -747,7 +757,8 @@ private:
                 r->settle(ec, std::move(reply));
                 if (gone) {
                     // Acknowledged by a server the view already took out (it left while
-                    // this push was on its way): the push is retained, and now resent.
+                    // this push was on its way), or under an older view (its keys may
+                    // have moved): the push is retained, and now resent if so.
                     review_parked(pipe->owner);
                 }
             });
@@ -773,11 +784,53 @@ private:
         retained_.push_back(r);
     }
 
-    /// Whether the current view says server `server` is no longer alive.
-    bool left_view(node_id server) const {
+    /// Whether the current view says server `server` is no longer alive, or is newer
+    /// than view `version` (keys may have moved since a request was sent).
+    bool left_view(node_id server, std::uint64_t version) const {
         std::lock_guard lock(mutex_);
         const auto* n = placement_ ? placement_->view->find(server) : nullptr;
-        return n && n->state != node_state::alive;
+        return (n && n->state != node_state::alive) ||
+               (placement_ && placement_->view->version > version);
+    }
+
+    /// Tick `n` goes to the servers of the current placement (returned).
+    std::shared_ptr<const placement> note_tick(clock_type n) {
+        std::lock_guard lock(mutex_);
+        {
+            std::lock_guard clk(clock_->mutex);
+            clock_->sent = std::max(clock_->sent, n);
+        }
+        return placement_;
+    }
+
+    /// The live servers this store has not told its clock yet (they joined the running
+    /// job) get the newest tick sent so far, after the pushes resent to them.
+    std::vector<std::function<void()>> sync_ticks() {
+        std::vector<std::function<void()>> out;
+        std::lock_guard lock(mutex_);
+        const auto where = placement_;
+        if (!where || closed_ || read_only_) {
+            return out;
+        }
+        clock_type sent = 0;
+        {
+            std::lock_guard clk(clock_->mutex);
+            sent = clock_->sent;
+        }
+        for (std::size_t i = 0; i < where->servers.size(); ++i) {
+            const auto* n = where->view->find(where->servers[i]);
+            if (!n || n->state != node_state::alive || !told_.insert(n->id).second || sent == 0) {
+                continue;
+            }
+            auto m = tick_request(sent, 0);
+            m.header.view = where->view->version;
+            out.push_back([pipe = pipe_, link = where->links[i],
+                           r = make_resilient(*pipe_, n->id, std::move(m),
+                                              [](std::error_code, wire::message&&) {})] {
+                send_resilient(pipe, link, nullptr, r);
+            });
+        }
+        return out;
     }
 
     /// Server `server` applied, here and on its replicas, every push of the clocks below
@@ -791,7 +844,9 @@ private:
 
     /// After a view change: the retained pushes of servers the view declared failed go to
     /// the new owners of their keys (marked resent, so that a clock the new owner already
-    /// holds is not applied twice). Returns the sends, to run once no lock is held.
+    /// holds is not applied twice); so do the keys of a retained push that moved to
+    /// another server while its own server stays (a server joined). Returns the sends, to
+    /// run once no lock is held.
     std::vector<std::function<void()>> resend_retained() {
         std::vector<std::function<void()>> out;
         std::lock_guard lock(mutex_);
@@ -802,25 +857,220 @@ private:
         std::erase_if(retained_, [](const std::shared_ptr<resilient>& r) {
             return r->outcome.load() == 2; // the push failed: its caller was told so
         });
-        for (auto& r : retained_) {
-            const auto* n = where->view->find(r->server);
-            if (!n || n->state == node_state::alive || r->outcome.load() == 0) {
-                continue; // alive, or still in flight (it is resent when it fails)
-            }
-            const auto slot = target_of(*where, r->message);
-            if (!slot) {
-                continue; // nobody holds its keys: the job fails on them
-            }
+        std::vector<std::shared_ptr<resilient>> kept;
+        auto resend = [&](const std::shared_ptr<resilient>& r, std::size_t slot, wire::message m) {
             auto again = std::make_shared<resilient>();
-            again->server = where->servers[*slot];
-            again->message = r->message;
+            again->server = where->servers[slot];
+            again->message = std::move(m);
             again->message.header.flags |= wire::flag_resent;
             again->message.header.receiver = r->server;
             again->message.header.view = where->view->version;
             again->deadline = std::chrono::steady_clock::now() + pipe_->request_timeout;
-            r = again;
-            out.push_back([pipe = pipe_, link = where->links[*slot], cache = where->caches[*slot],
+            kept.push_back(again);
+            out.push_back([pipe = pipe_, link = where->links[slot], cache = where->caches[slot],
                            again] { send_resilient(pipe, link, cache, again); });
+        };
+        for (auto& r : retained_) {
+            const auto* n = where->view->find(r->server);
+            const bool alive = !n || n->state == node_state::alive;
+            if (r->outcome.load() == 0 ||
+                (alive && r->message.header.view >= where->view->version)) {
+                kept.push_back(r); // in flight (resent when it fails), or placed by this view
+                continue;
+            }
+            const auto own = std::find(where->servers.begin(), where->servers.end(), r->server);
+            const auto slot = target_of(*where, r->message);
+            if (slot && alive && where->servers[*slot] == r->server) {
+                r->message.header.view = where->view->version; // its keys stayed
+                kept.push_back(r);
+                continue;
+            }
+            if (slot) {
+                resend(r, *slot, r->message);
+                continue;
+            }
+            auto parts = divide(*where, r->message);
+            if (parts.pieces.empty()) {
+                kept.push_back(r); // nobody holds some of its keys: the job fails on them
+                continue;
+            }
+            for (auto& [s, m] : parts.pieces) {
+                if (alive && own != where->servers.end() &&
+                    s == static_cast<std::size_t>(own - where->servers.begin())) {
+                    // The keys its server still holds: kept there, as acknowledged.
+                    auto stay = std::make_shared<resilient>();
+                    stay->server = r->server;
+                    stay->message = std::move(m);
+                    stay->deadline = r->deadline;
+                    stay->outcome.store(1);
+                    kept.push_back(stay);
+                } else {
+                    resend(r, s, std::move(m));
+                }
+            }
+        }
+        retained_ = std::move(kept);
+        return out;
+    }
+
+    /// The pieces of request `m` for the servers that hold its keys under `where` (by
+    /// slot, as key lists, with their rows for a push), and for each key of `m` in order
+    /// the piece it went to. No pieces when a server of some key is not alive.
+    struct division {
+        std::vector<std::pair<std::size_t, wire::message>> pieces;
+        std::vector<std::uint32_t> piece_of_key;
+    };
+
+    division divide(const placement& where, const wire::message& m) const {
+        division out;
+        const auto& r = where.view->ring;
+        const auto& h = m.header;
+        const bool push = h.kind == wire::message_kind::push;
+        const std::size_t row = push ? std::size_t{h.width} * wire::size_of(h.value_type) : 0;
+        const auto keys = m.keys().template as<Key>();
+        const auto values = m.values().span();
+        std::map<std::size_t, std::pair<std::vector<Key>, std::vector<std::byte>>> parts;
+        std::vector<std::size_t> slot_of_key;
+        std::size_t index = 0;
+        auto visit = [&](Key k) {
+            const std::size_t slot = where.partition_slot[r.partition_of(k)];
+            auto& [ks, vs] = parts[slot];
+            ks.push_back(k);
+            if (push && (index + 1) * row <= values.size()) {
+                vs.insert(vs.end(), values.begin() + static_cast<std::ptrdiff_t>(index * row),
+                          values.begin() + static_cast<std::ptrdiff_t>((index + 1) * row));
+            }
+            slot_of_key.push_back(slot);
+            ++index;
+        };
+        if ((h.flags & wire::flag_key_runs) != 0) {
+            for (std::size_t i = 0; i + 1 < keys.size(); i += 2) {
+                for (std::uint64_t k = keys[i]; k < keys[i + 1]; ++k) {
+                    visit(static_cast<Key>(k));
+                }
+            }
+        } else {
+            for (const auto k : keys) {
+                visit(k);
+            }
+        }
+        std::map<std::size_t, std::uint32_t> piece;
+        for (auto& [slot, kv] : parts) {
+            const auto* n = where.view->find(where.servers[slot]);
+            if (!n || n->state != node_state::alive) {
+                return {};
+            }
+            auto& [ks, vs] = kv;
+            wire::message p;
+            p.header = h;
+            p.header.flags &= static_cast<std::uint8_t>(~wire::flag_key_runs);
+            p.header.key_count = ks.size();
+            p.header.range_begin = ks.front();
+            p.header.range_end = static_cast<std::uint64_t>(ks.back()) + 1;
+            p.header.view = where.view->version;
+            p.set_segment(wire::keys_segment,
+                          shared_bytes::copy_of(std::as_bytes(std::span<const Key>(ks))));
+            if (push) {
+                p.set_segment(wire::values_segment, shared_bytes::copy_of(vs));
+            }
+            piece[slot] = static_cast<std::uint32_t>(out.pieces.size());
+            out.pieces.emplace_back(slot, std::move(p));
+        }
+        out.piece_of_key.reserve(slot_of_key.size());
+        for (const auto slot : slot_of_key) {
+            out.piece_of_key.push_back(piece[slot]);
+        }
+        return out;
+    }
+
+    /// Sends request `r` in pieces (`divide`) and settles it once every piece has been
+    /// answered: with the first error, or with the last reply (a push) or the pieces'
+    /// rows put back in the order of its keys (a pull). Ordered pushes retain the pieces
+    /// instead of `r`. Returns the sends.
+    std::vector<std::function<void()>> send_divided(const placement& where,
+                                                    const std::shared_ptr<resilient>& r,
+                                                    division parts, bool resent) {
+        struct gather {
+            std::mutex mutex;
+            std::shared_ptr<resilient> whole;
+            std::vector<wire::message> replies;
+            std::vector<std::uint32_t> piece_of_key;
+            std::size_t remaining = 0;
+            std::error_code error;
+        };
+        auto g = std::make_shared<gather>();
+        g->whole = r;
+        g->replies.resize(parts.pieces.size());
+        g->piece_of_key = std::move(parts.piece_of_key);
+        g->remaining = parts.pieces.size();
+        std::vector<std::function<void()>> out;
+        const bool ordered_push = r->message.header.kind == wire::message_kind::push &&
+                                  (r->message.header.flags & wire::flag_ordered) != 0;
+        if (ordered_push) {
+            std::erase(retained_, r);
+        }
+        for (std::size_t i = 0; i < parts.pieces.size(); ++i) {
+            auto& [slot, m] = parts.pieces[i];
+            auto sub = std::make_shared<resilient>();
+            sub->server = where.servers[slot];
+            sub->message = std::move(m);
+            if (resent) {
+                sub->message.header.flags |= wire::flag_resent;
+                sub->message.header.receiver = r->server;
+            }
+            sub->deadline = r->deadline;
+            sub->on_reply = [g, i](std::error_code ec, wire::message&& reply) {
+                std::unique_lock lock(g->mutex);
+                if (ec && !g->error) {
+                    g->error = ec;
+                }
+                g->replies[i] = std::move(reply);
+                if (--g->remaining != 0) {
+                    return;
+                }
+                lock.unlock();
+                if (g->error) {
+                    g->whole->settle(g->error, wire::message{});
+                    return;
+                }
+                auto first = std::move(g->replies.front());
+                if (first.header.kind != wire::message_kind::pull_reply) {
+                    g->whole->settle({}, std::move(first));
+                    return;
+                }
+                // The rows back in the order of the request's keys.
+                const std::size_t row =
+                    std::size_t{first.header.width} * wire::size_of(first.header.value_type);
+                g->replies.front() = std::move(first);
+                std::vector<std::size_t> at(g->replies.size(), 0);
+                std::vector<std::byte> rows(g->piece_of_key.size() * row);
+                for (std::size_t k = 0; k < g->piece_of_key.size(); ++k) {
+                    const auto p = g->piece_of_key[k];
+                    const auto v = g->replies[p].values().span();
+                    if ((at[p] + 1) * row > v.size()) {
+                        g->whole->settle(make_error_code(errc::value_count_mismatch),
+                                         wire::message{});
+                        return;
+                    }
+                    std::memcpy(rows.data() + k * row, v.data() + at[p] * row, row);
+                    ++at[p];
+                }
+                wire::message merged;
+                merged.header = g->replies.front().header;
+                merged.header.key_count = g->piece_of_key.size();
+                merged.header.clocks.clear();
+                for (const auto& rep : g->replies) {
+                    merged.header.clocks.insert(merged.header.clocks.end(),
+                                                rep.header.clocks.begin(), rep.header.clocks.end());
+                }
+                merged.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
+                g->whole->settle({}, std::move(merged));
+            };
+            if (ordered_push) {
+                retained_.push_back(sub);
+            }
+            out.push_back([pipe = pipe_, link = where.links[slot], cache = where.caches[slot],
+                           sub] { send_resilient(pipe, link, cache, sub); });
         }
         return out;
     }
@@ -857,6 +1107,8 @@ private:
                     auto more = s->owner->resend_retained();
                     actions.insert(actions.end(), more.begin(), more.end());
                 }
+                auto ticks = s->owner->sync_ticks();
+                actions.insert(actions.end(), ticks.begin(), ticks.end());
             }
         }
         for (auto& a : actions) {
@@ -917,6 +1169,11 @@ private:
             const auto* n = where ? where->view->find(r->server) : nullptr;
             const bool gone = n && n->state != node_state::alive;
             const auto kind = r->message.header.kind;
+            // Refused by a live server under an older view: its keys moved (a server
+            // joined, or keys were handed over), so it goes where this view places them.
+            const bool moved = !gone && where && r->dropped_by == errc::stale_view &&
+                               kind != wire::message_kind::clock &&
+                               r->message.header.view < where->view->version;
             if (closed_) {
                 finish(r, make_error_code(errc::shut_down));
             } else if (gone && kind == wire::message_kind::clock) {
@@ -925,15 +1182,27 @@ private:
                     reply.header.kind = wire::message_kind::clock_reply;
                     r->settle(std::error_code{}, std::move(reply));
                 });
-            } else if (gone) {
-                const auto slot =
-                    kind == wire::message_kind::call ? std::nullopt : target_of(*where, r->message);
-                if (!slot || now >= r->deadline) {
-                    finish(r, make_error_code(errc::node_failed));
+            } else if (gone || moved) {
+                if (kind == wire::message_kind::call || now >= r->deadline) {
+                    // A call names a key range its server checked under its view: the
+                    // caller asks again under the new one.
+                    finish(r, make_error_code(moved ? errc::stale_view : errc::node_failed));
+                    continue;
+                }
+                const auto slot = target_of(*where, r->message);
+                const bool resent = gone && kind == wire::message_kind::push;
+                if (!slot) {
+                    auto parts = divide(*where, r->message);
+                    if (parts.pieces.empty()) {
+                        finish(r, make_error_code(errc::node_failed));
+                        continue;
+                    }
+                    auto sends = send_divided(*where, r, std::move(parts), resent);
+                    out.insert(out.end(), sends.begin(), sends.end());
                     continue;
                 }
                 auto& h = r->message.header;
-                if (kind == wire::message_kind::push) {
+                if (resent) {
                     h.flags |= wire::flag_resent;
                     h.receiver = r->server;
                 }
@@ -1147,6 +1416,9 @@ private:
         }
         std::map<node_id, std::uint32_t> slot_of;
         for (const auto* n : v->of_role(node_role::server)) {
+            if (!placement_) {
+                told_.insert(n->id); // the servers this store starts with hear every tick
+            }
             auto& link = links_[n->id];
             if (!link) {
                 link = std::make_shared<detail::request_link>(transport_, n->address,
@@ -2030,6 +2302,7 @@ private:
     std::shared_ptr<const placement> placement_;
     std::vector<std::shared_ptr<resilient>> parked_;   // dropped requests waiting for a view
     std::vector<std::shared_ptr<resilient>> retained_; // ordered pushes not yet durable
+    std::set<node_id> told_; // servers that heard this store's ticks (see sync_ticks)
     std::atomic<std::uint64_t> next_update_{first_update_id()};
     std::shared_ptr<detail::worker_clock> clock_ = std::make_shared<detail::worker_clock>();
 

@@ -166,3 +166,55 @@ TEST_CASE("ring: failover of every copy of a partition lists it as lost", "[clus
     CHECK(f.ring.options().replicas == 0); // one server left holds one copy
     CHECK(f.ring.holds(2));                // lost partitions still name their owner
 }
+
+TEST_CASE("ring: joining servers take an even share, moving the fewest partitions", "[cluster]") {
+    const std::vector<petrel::node_id> live{1, 2, 3};
+    const auto r = petrel::ring::balanced({.partitions = 64, .replicas = 1}, live);
+    const std::vector<petrel::node_id> joiners{7};
+    const auto j = r.joined(live, joiners);
+    std::map<petrel::node_id, int> held;
+    std::map<petrel::node_id, std::vector<petrel::node_id>> chain_of;
+    int moved = 0;
+    for (std::uint32_t p = 0; p < 64; ++p) {
+        const auto before = r.owners(p);
+        const auto after = j.owners(p);
+        INFO("partition " << p);
+        ++held[after[0]];
+        if (after[0] != before[0]) {
+            ++moved;
+            CHECK(after[0] == 7); // only to the newcomer
+        } else {
+            CHECK(std::vector<petrel::node_id>(after.begin(), after.end()) ==
+                  std::vector<petrel::node_id>(before.begin(), before.end()));
+        }
+        CHECK(after[0] != after[1]);
+        // One chain per primary: the newcomer's replica is the server after it (1).
+        const std::vector<petrel::node_id> chain(after.begin(), after.end());
+        auto [it, fresh] = chain_of.emplace(after[0], chain);
+        CHECK(it->second == chain);
+    }
+    CHECK(moved == 16);
+    CHECK(held[7] == 16);
+    for (const auto id : live) {
+        CHECK(held[id] >= 15);
+        CHECK(held[id] <= 17);
+    }
+    CHECK(chain_of.at(7) == std::vector<petrel::node_id>{7, 1});
+    CHECK(j.partition_of(std::uint64_t{999}) == r.partition_of(std::uint64_t{999}));
+    // Two at once share the moved partitions; a server on the ring cannot join again.
+    const std::vector<petrel::node_id> two{7, 8};
+    const auto j2 = r.joined(live, two);
+    std::map<petrel::node_id, int> held2;
+    for (std::uint32_t p = 0; p < 64; ++p) {
+        ++held2[j2.owners(p)[0]];
+    }
+    CHECK(held2[7] == 12);
+    CHECK(held2[8] == 12);
+    const std::vector<petrel::node_id> again{2};
+    CHECK_THROWS_AS(r.joined(live, again), std::invalid_argument);
+    // More replicas than servers cannot be placed.
+    const auto wide = petrel::ring::balanced({.partitions = 8, .replicas = 2}, live);
+    const std::vector<petrel::node_id> two_live{1, 2};
+    CHECK_THROWS_AS(wide.joined(std::vector<petrel::node_id>{}, joiners), std::invalid_argument);
+    CHECK_NOTHROW(wide.joined(two_live, joiners));
+}

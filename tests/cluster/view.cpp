@@ -27,6 +27,7 @@ petrel::membership_view sample() {
          {}},
         {3, petrel::node_role::worker, petrel::node_state::left, "", 2, 0, {}, "train"}};
     v.ring = petrel::ring::balanced({.partitions = 16}, std::vector<petrel::node_id>{1, 2});
+    v.next_ring = v.ring.joined(std::vector<petrel::node_id>{1}, std::vector<petrel::node_id>{4});
     return v;
 }
 
@@ -99,4 +100,9 @@ TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cl
     const std::uint32_t big = 0xFFFFFFF0u;
     std::memcpy(huge.data() + 31, &big, sizeof big);
     CHECK_FALSE(with(huge).has_value());
+    // A planned ring of another shape than the ring is refused.
+    auto odd = b;
+    odd.view->next_ring =
+        petrel::ring::balanced({.partitions = 8}, std::vector<petrel::node_id>{1, 2});
+    CHECK_FALSE(petrel::detail::read_control(petrel::detail::make_control(odd)).has_value());
 }

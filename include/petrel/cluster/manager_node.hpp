@@ -45,6 +45,12 @@ struct manager_options {
     /// the job keeps the workers it formed with). A late worker takes the next worker
     /// index and the scheduler gives it a share of every data set of its group.
     std::uint32_t max_workers = 0;
+    /// Servers may join the running job while fewer than this many are live (0: never).
+    /// A joining server gets the next server index and a planned share of the ring
+    /// (`ring::joined`, in the view's `next_ring`); the primaries copy it the partitions
+    /// that move to it, then their updates, and once it reports its copies complete
+    /// (`member::async_ready`) the next view makes it their primary.
+    std::uint32_t max_servers = 0;
     /// How keys are placed on the servers.
     ring_options ring{};
     /// A node not heard from for this long is declared failed.
@@ -239,6 +245,11 @@ private:
         std::shared_ptr<const membership_view> view;
         std::map<node_id, member> members; // live nodes
         std::map<const connection*, node_id> by_conn;
+        // Servers joining the running job, in join order; those whose copies are complete
+        // under the planned placement; and the view version that placement was made at.
+        std::vector<node_id> entering;
+        std::set<node_id> ready;
+        std::uint64_t planned_at = 0;
         // Servers that left with `retire`, by connection: asked again (their first answer
         // was lost or late), they get the same answer.
         std::map<const connection*, node_id> retired;
@@ -355,6 +366,9 @@ private:
                 case control_op::retire:
                     on_retire(c, m.header, out, done);
                     break;
+                case control_op::ready:
+                    on_ready(c, m.header, body->version, out);
+                    break;
                 case control_op::assign:
                     on_assign(c, m.header, std::move(body->data), out);
                     break;
@@ -435,6 +449,11 @@ private:
             }
             if (b.role == node_role::worker && ph == phase::running &&
                 live_count(node_role::worker) < opts.max_workers) {
+                admit(c, h, std::move(b), out);
+                return;
+            }
+            if (b.role == node_role::server && ph == phase::running &&
+                live_count(node_role::server) < opts.max_servers) {
                 admit(c, h, std::move(b), out);
                 return;
             }
@@ -561,25 +580,120 @@ private:
             for (const auto& n : v->nodes) {
                 index += n.role == b.role ? 1 : 0;
             }
-            const std::string g =
-                b.role == node_role::reader ? b.worker_group : std::string(training_group);
-            v->nodes.push_back({id, b.role, node_state::alive, {}, b.rank, index, {}, g});
+            const bool server = b.role == node_role::server;
+            const std::string g = server                        ? std::string{}
+                                  : b.role == node_role::reader ? b.worker_group
+                                                                : std::string(training_group);
+            v->nodes.push_back({id,
+                                b.role,
+                                node_state::alive,
+                                server ? b.address : std::string{},
+                                b.rank,
+                                index,
+                                {},
+                                g});
             ++v->version;
             members[id] = {c, clock::now()};
             by_conn[c.get()] = id;
-            reschedule(*v, g);
+            if (server) {
+                entering.push_back(id);
+                plan_joins(*v);
+            } else {
+                reschedule(*v, g);
+            }
             view = v;
             control_body reply;
             reply.op = control_op::join;
             reply.id = id;
             reply.version = v->version;
             reply.view = *v;
+            if (server) {
+                reply.secret = secret;
+            }
             out.push_back({c, detail::make_control(reply, &h)});
-            report(log_level::info, v->find(id)->describe() + (b.role == node_role::reader
-                                                                   ? " attached to the running job"
-                                                                   : " joined the running job"));
+            report(log_level::info,
+                   v->find(id)->describe() +
+                       (b.role == node_role::reader ? " attached to the running job"
+                        : server ? " joined the running job; its partitions are being copied to it"
+                                 : " joined the running job"));
             broadcast(out, id);
-            log_shares(g);
+            if (!server) {
+                log_shares(g);
+            }
+        }
+
+        [[nodiscard]] bool is_joining(node_id id) const {
+            return std::find(entering.begin(), entering.end(), id) != entering.end();
+        }
+
+        /// Plans the placement that gives the joining servers their share
+        /// (`membership_view::next_ring`) in view `v`, or none when nobody joins (or they
+        /// cannot be placed). A changed plan waits for new reports from every joiner.
+        void plan_joins(membership_view& v) {
+            std::erase_if(entering, [&](node_id id) {
+                const auto* n = v.find(id);
+                return !n || n->state != node_state::alive;
+            });
+            std::vector<node_id> live;
+            for (const auto& n : v.nodes) {
+                if (n.role == node_role::server && n.state == node_state::alive &&
+                    v.ring.holds(n.id)) {
+                    live.push_back(n.id);
+                }
+            }
+            ring next;
+            if (!entering.empty() && !v.ring.empty()) {
+                try {
+                    next = v.ring.joined(live, entering);
+                } catch (const std::invalid_argument& e) {
+                    report(log_level::error, std::string("servers cannot join: ") + e.what());
+                }
+            }
+            if (!(next == v.next_ring)) {
+                v.next_ring = std::move(next);
+                planned_at = v.version;
+                ready.clear();
+            }
+        }
+
+        /// A joining server's copies are complete under view `version`: once every joining
+        /// server's are, the planned placement becomes the ring.
+        void on_ready(const connection_ptr& c, const wire::message_header& h, std::uint64_t version,
+                      std::vector<outgoing>& out) {
+            auto it = by_conn.find(c.get());
+            const node_id id = it == by_conn.end() ? no_node : it->second;
+            if (std::find(entering.begin(), entering.end(), id) == entering.end()) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "only a server joining the running job reports "
+                                          "its copies")});
+                return;
+            }
+            if (version >= planned_at && !view->next_ring.empty()) {
+                ready.insert(id);
+            }
+            control_body b;
+            b.op = control_op::ready;
+            b.version = view->version;
+            out.push_back({c, detail::make_control(b, &h)});
+            const bool all =
+                !entering.empty() && std::all_of(entering.begin(), entering.end(),
+                                                 [&](node_id j) { return ready.count(j) != 0; });
+            if (!all) {
+                return;
+            }
+            auto v = std::make_shared<membership_view>(*view);
+            v->ring = std::move(v->next_ring);
+            v->next_ring = ring{};
+            ++v->version;
+            std::string who;
+            for (const auto j : entering) {
+                who += (who.empty() ? "" : ", ") + v->find(j)->describe();
+            }
+            entering.clear();
+            ready.clear();
+            view = v;
+            broadcast(out);
+            report(log_level::info, who + " took over its share of the key partitions");
         }
 
         // ---- the scheduler -----------------------------------------------------------
@@ -870,6 +984,9 @@ private:
             if (!g.empty()) {
                 reschedule(*v, g);
             }
+            if (is_joining(id)) {
+                plan_joins(*v);
+            }
             view = v;
             control_body b;
             b.op = control_op::leave;
@@ -913,7 +1030,8 @@ private:
             const node_id id = n->id;
             std::vector<node_id> live;
             for (const auto& m : view->nodes) {
-                if (m.role == node_role::server && m.state == node_state::alive && m.id != id) {
+                if (m.role == node_role::server && m.state == node_state::alive && m.id != id &&
+                    !is_joining(m.id)) {
                     live.push_back(m.id);
                 }
             }
@@ -940,6 +1058,7 @@ private:
             }
             ++v->version;
             v->ring = std::move(f.ring);
+            plan_joins(*v);
             view = v;
             control_body b;
             b.op = control_op::retire;
@@ -983,6 +1102,9 @@ private:
             if (role == node_role::server && !v->ring.empty()) {
                 failover = fail_over(*v, id);
             }
+            if (role == node_role::server) {
+                plan_joins(*v);
+            }
             view = v;
             report(role == node_role::reader ? log_level::warning : log_level::error,
                    described + " failed: " + why + failover);
@@ -1015,7 +1137,8 @@ private:
         std::string fail_over(membership_view& v, node_id id) {
             std::vector<node_id> live;
             for (const auto& n : v.nodes) {
-                if (n.role == node_role::server && n.state == node_state::alive) {
+                if (n.role == node_role::server && n.state == node_state::alive &&
+                    !is_joining(n.id)) {
                     live.push_back(n.id);
                 }
             }

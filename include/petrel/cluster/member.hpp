@@ -248,6 +248,26 @@ public:
             token);
     }
 
+    /// A server that joined the running job (`manager_options::max_servers`) tells the
+    /// manager that every primary whose partitions move to it has copied them to it
+    /// under view `version` (`server_node::join_ready`). Once every joining server has,
+    /// the manager makes the view that gives them their partitions. A report for a view
+    /// older than the last change of the planned placement is ignored (report again
+    /// after the next view). Signature `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto async_ready(std::uint64_t version, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this, version](auto handler) {
+                detail::control_body b;
+                b.op = detail::control_op::ready;
+                b.version = version;
+                state_->call(b, state_->opts.heartbeat_timeout,
+                             detail::once_function<std::error_code>(std::move(handler),
+                                                                    transport_.get_executor()));
+            },
+            token);
+    }
+
     /// This node's id; `no_node` before the join completed.
     [[nodiscard]] node_id id() const {
         std::lock_guard lock(state_->mutex);

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -103,6 +104,16 @@ public:
     /// lost: nobody holds its keys any more. Partitions of one primary keep the same
     /// successors, so that each primary has one replication chain.
     [[nodiscard]] failover_result failover(std::span<const node_id> live) const;
+
+    /// The ring once servers `joiners` (on no owner list) join the servers `live` (the
+    /// live servers of this ring, in ring order): each joiner becomes the primary of
+    /// `partitions / (live + joiners)` partitions (fewer when there are too few to go
+    /// round), taken in turn from the primaries that hold more than that, so that the
+    /// least moves; its replicas are the servers after it in `live` then `joiners` order.
+    /// The other partitions keep their owner lists, and each primary keeps one chain.
+    /// Needs `replicas` below the number of servers. @throws std::invalid_argument
+    [[nodiscard]] ring joined(std::span<const node_id> live,
+                              std::span<const node_id> joiners) const;
 
     [[nodiscard]] const ring_options& options() const noexcept { return opts_; }
 
@@ -249,6 +260,56 @@ inline ring::failover_result ring::failover(std::span<const node_id> live) const
     }
     out.ring = ring(o, std::move(owners));
     return out;
+}
+
+inline ring ring::joined(std::span<const node_id> live, std::span<const node_id> joiners) const {
+    std::vector<node_id> all(live.begin(), live.end());
+    all.insert(all.end(), joiners.begin(), joiners.end());
+    const std::size_t n = opts_.replicas + 1;
+    if (owners_.empty() || all.empty() || opts_.replicas >= all.size()) {
+        throw std::invalid_argument("petrel::ring: " + std::to_string(opts_.replicas) +
+                                    " replicas need more than " + std::to_string(all.size()) +
+                                    " servers");
+    }
+    for (const auto j : joiners) {
+        if (holds(j)) {
+            throw std::invalid_argument("petrel::ring: server " + std::to_string(j) +
+                                        " joins but holds partitions already");
+        }
+    }
+    const std::uint32_t quota = opts_.partitions / static_cast<std::uint32_t>(all.size());
+    std::map<node_id, std::uint32_t> held;
+    for (std::uint32_t p = 0; p < opts_.partitions; ++p) {
+        ++held[owners_[std::size_t{p} * n]];
+    }
+    std::vector<node_id> owners = owners_;
+    std::size_t turn = 0;
+    for (std::uint32_t p = 0; p < opts_.partitions && !joiners.empty(); ++p) {
+        const node_id from = owners_[std::size_t{p} * n];
+        if (held[from] <= quota) {
+            continue;
+        }
+        std::size_t pick = joiners.size();
+        for (std::size_t t = 0; t < joiners.size() && pick == joiners.size(); ++t) {
+            const std::size_t j = (turn + t) % joiners.size();
+            if (held[joiners[j]] < quota) {
+                pick = j;
+            }
+        }
+        if (pick == joiners.size()) {
+            break; // every joiner has its share
+        }
+        turn = pick + 1;
+        const node_id to = joiners[pick];
+        --held[from];
+        ++held[to];
+        const std::size_t at =
+            static_cast<std::size_t>(std::find(all.begin(), all.end(), to) - all.begin());
+        for (std::size_t j = 0; j < n; ++j) {
+            owners[std::size_t{p} * n + j] = all[(at + j) % all.size()];
+        }
+    }
+    return ring(opts_, std::move(owners));
 }
 
 } // namespace petrel

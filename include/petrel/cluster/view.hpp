@@ -105,6 +105,11 @@ struct membership_view {
     std::vector<node_info> nodes;
     /// Key placement over the servers.
     petrel::ring ring;
+    /// While servers join the running job: the placement their copies are made for (empty
+    /// otherwise). The primaries copy the partitions that move to a joining server to it,
+    /// then every later update of them; once every joining server holds its copy, the
+    /// next view makes this the `ring` (see `manager_node`).
+    petrel::ring next_ring;
     /// The scheduler's data assignments.
     work_schedule schedule;
 
@@ -197,6 +202,38 @@ void load(Archive& ar, node_info& n) {
     }
 }
 
+namespace detail {
+
+template <class Archive>
+void save_ring(Archive& ar, const ring& r) {
+    const auto& o = r.options();
+    ar(o.partitions, o.stripe_keys, o.replicas, o.seed);
+    const auto& owners = r.owner_table();
+    ar(static_cast<std::uint32_t>(owners.size()));
+    ar(cereal::binary_data(owners.data(), owners.size() * sizeof(node_id)));
+}
+
+/// Checks the owner count against a limit before allocating; throws on bad input.
+template <class Archive>
+void load_ring(Archive& ar, ring& r) {
+    ring_options o;
+    ar(o.partitions, o.stripe_keys, o.replicas, o.seed);
+    std::uint32_t owners = 0;
+    ar(owners);
+    if (owners == 0) {
+        r = ring{};
+        return;
+    }
+    if (owners > (std::uint32_t{1} << 22)) { // 16 MiB: the most a control body holds
+        throw std::length_error("too many ring owners in a view");
+    }
+    std::vector<node_id> table(owners);
+    ar(cereal::binary_data(table.data(), table.size() * sizeof(node_id)));
+    r = ring(o, std::move(table)); // checks options and sizes
+}
+
+} // namespace detail
+
 template <class Archive>
 void save(Archive& ar, const membership_view& v) {
     detail::save_text(ar, v.job_id);
@@ -205,11 +242,8 @@ void save(Archive& ar, const membership_view& v) {
     for (const auto& n : v.nodes) {
         ar(n);
     }
-    const auto& o = v.ring.options();
-    ar(o.partitions, o.stripe_keys, o.replicas, o.seed);
-    const auto& owners = v.ring.owner_table();
-    ar(static_cast<std::uint32_t>(owners.size()));
-    ar(cereal::binary_data(owners.data(), owners.size() * sizeof(node_id)));
+    detail::save_ring(ar, v.ring);
+    detail::save_ring(ar, v.next_ring);
     ar(v.schedule);
 }
 
@@ -231,19 +265,11 @@ void load(Archive& ar, membership_view& v) {
                         [](const node_info& a, const node_info& b) { return a.id < b.id; })) {
         throw std::domain_error("view nodes out of order");
     }
-    ring_options o;
-    ar(o.partitions, o.stripe_keys, o.replicas, o.seed);
-    std::uint32_t owners = 0;
-    ar(owners);
-    if (owners == 0) {
-        v.ring = ring{};
-    } else {
-        if (owners > (std::uint32_t{1} << 22)) { // 16 MiB: the most a control body holds
-            throw std::length_error("too many ring owners in a view");
-        }
-        std::vector<node_id> table(owners);
-        ar(cereal::binary_data(table.data(), table.size() * sizeof(node_id)));
-        v.ring = ring(o, std::move(table)); // checks options and sizes
+    detail::load_ring(ar, v.ring);
+    detail::load_ring(ar, v.next_ring);
+    if (!v.next_ring.empty() &&
+        (v.ring.empty() || v.next_ring.options().partitions != v.ring.options().partitions)) {
+        throw std::domain_error("a view's next ring does not match its ring");
     }
     ar(v.schedule);
 }

@@ -35,6 +35,8 @@ struct worker_clock {
     std::map<clock_type, task<void>> ticks;
     /// The newest tick, which the next one follows.
     task<void> last_tick;
+    /// The newest tick sent to the servers: what a server that joins later is told first.
+    clock_type sent = 0;
 
     /// A worker that joined a running job starts at the job's clock: servers admit it at
     /// the clock every live worker has completed, and the first reply that reports its

@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -209,7 +210,8 @@ private:
 /// The chains along which the servers of view `v` replicate (see
 /// `server_node::replicate`): for each live server that is the primary of some partition,
 /// the live servers of that partition's owner list, primary first. The ring gives every
-/// partition of one primary the same successors.
+/// partition of one primary the same successors. While servers join, also the primaries
+/// of the ring their copies are made for, and where the joining servers listen.
 [[nodiscard]] inline replication_plan replication_plan_of(const membership_view& v) {
     replication_plan plan;
     plan.version = v.version;
@@ -233,6 +235,17 @@ private:
         for (const auto id : owners) {
             if (const auto* n = live(id)) {
                 chain.push_back({n->id, n->address});
+            }
+        }
+    }
+    if (!v.next_ring.empty() && v.next_ring.options().partitions == v.ring.options().partitions) {
+        std::set<node_id> learners;
+        for (std::uint32_t p = 0; p < v.next_ring.options().partitions; ++p) {
+            const node_id next = v.next_ring.owners(p)[0];
+            plan.next_primaries.push_back(next);
+            if (const auto* n = live(next);
+                n && !v.ring.holds(next) && learners.insert(next).second) {
+                plan.learners.push_back({n->id, n->address});
             }
         }
     }

@@ -26,6 +26,15 @@ struct replication_plan {
     /// primary of, which it copies to the servers that join its chain.
     std::function<std::uint32_t(std::uint64_t)> partition_of{};
     std::vector<std::uint32_t> primaries{};
+    /// While servers join the running job: each partition's primary in the placement
+    /// their copies are made for (`membership_view::next_ring`); empty otherwise. A
+    /// primary copies the partitions that move to a joining server (its *learner*) to
+    /// it, then sends it every later update of them, until a plan makes the learner
+    /// their primary; it then sends it the end of its ownership (the hand-over).
+    std::vector<std::uint32_t> next_primaries{};
+    /// Where the servers of `next_primaries` that are on no chain (the joining ones)
+    /// listen.
+    std::vector<peer> learners{};
     /// Consecutive keys that share a partition (the ring's stripe), for key ranges.
     std::uint64_t stripe_keys = 1;
     /// The job's server secret (`member::server_secret`): every update a server sends

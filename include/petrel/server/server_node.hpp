@@ -187,14 +187,20 @@ public:
                     ++it;
                 }
             }
+            auto link_to = [&](const replication_plan::peer& peer) {
+                if (peer.id != state_->opts.node_id && !state_->links.count(peer.id)) {
+                    state_->links.emplace(
+                        peer.id, std::make_shared<detail::request_link>(
+                                     transport_, peer.address, state_->opts.replication_timeout));
+                }
+            };
             for (const auto& [primary, chain] : state_->plan.chains) {
                 for (const auto& peer : chain) {
-                    if (peer.id != state_->opts.node_id && !state_->links.count(peer.id)) {
-                        state_->links.emplace(peer.id, std::make_shared<detail::request_link>(
-                                                           transport_, peer.address,
-                                                           state_->opts.replication_timeout));
-                    }
+                    link_to(peer);
                 }
+            }
+            for (const auto& peer : state_->plan.learners) {
+                link_to(peer);
             }
             state_->holds_keys =
                 !state_->plan.partition_of ||
@@ -212,9 +218,13 @@ public:
                 }
                 if (!same) {
                     state_->placed_at = state_->plan.version;
+                    for (auto& [id, slot] : state_->tables) {
+                        slot.durable_cap = state_->durable(slot);
+                    }
                 }
             }
             state_->follow_chains(old);
+            state_->join_moves(old);
             state_->rereplicate(old);
             state_->refuse_moved_reads(old, out);
             state_->resume(out);
@@ -231,6 +241,25 @@ public:
     [[nodiscard]] bool chain_whole() const {
         std::lock_guard lock(state_->mutex);
         return state_->copying == 0 && !state_->copy_failed;
+    }
+
+    /// For a server joining a running job: the version of the plan under which every
+    /// primary whose partitions move to it has copied them to it in full (it may then
+    /// take them over: `member::async_ready`); 0 while a copy is still on its way, or
+    /// when no partition moves to it.
+    [[nodiscard]] std::uint64_t join_ready() const {
+        std::lock_guard lock(state_->mutex);
+        const auto& l = state_->learning;
+        const bool all = !l.empty() && std::all_of(l.begin(), l.end(),
+                                                   [](const auto& e) { return e.second.done; });
+        return all ? state_->plan.version : 0;
+    }
+
+    /// Whether this server waits for the hand-over of partitions it took over from a
+    /// primary that taught it them (it holds workers' requests until then).
+    [[nodiscard]] bool awaiting_hand_over() const {
+        std::lock_guard lock(state_->mutex);
+        return !state_->awaiting_handover.empty();
     }
 
     /// The version of the replication plan this server follows (the job's view it last
@@ -497,8 +526,13 @@ private:
         std::uint32_t replicas = 7; // the table's replicas at most (table_spec::replicas)
         // As a replica: per primary, the newest clock whose combined update arrived, + 1.
         std::map<std::uint32_t, std::uint64_t> replicated;
-        // As a primary: the clocks whose rows went down the chain, not yet acknowledged.
+        // As a primary: the clocks whose rows went down the chain (or to a learner), not
+        // yet acknowledged; a clock appears once per server it went to.
         std::deque<std::uint64_t> unacked;
+        // The durable clock when this server's keys last changed (`placed_at`): replies to
+        // requests sent under an older view say at most this, so that a worker that has
+        // not seen the change keeps the pushes of keys that moved away (it resends them).
+        std::uint64_t durable_cap = ~std::uint64_t{0};
     };
 
     /// Replies to send once the lock is released.
@@ -529,6 +563,20 @@ private:
         bool all_mine = true;
         // The plan version from which this server is the primary of the keys it is now.
         std::uint64_t placed_at = 0;
+        // As a primary while servers join: each learner and the partitions this server
+        // copied to it; a plan that makes the learner their primary sends the hand-over.
+        std::map<std::uint32_t, std::vector<std::uint32_t>> teaching;
+        // As a joining server: each primary whose moving partitions it learns, and whether
+        // that copy has ended; then the primaries whose hand-over it waits for before it
+        // serves workers (their last updates may still be on their way).
+        struct lesson {
+            std::uint64_t since = 0; // the plan version its partitions were set by
+            bool done = false;       // its copy has ended
+        };
+        std::map<std::uint32_t, lesson> learning;
+        std::set<std::uint32_t> awaiting_handover;
+        // A copy down this server's chain deferred until every hand-over has arrived.
+        bool copy_after_handover = false;
         // Bytes of the requests in `held_back`.
         std::uint64_t held_back_bytes = 0;
         // Copies down this server's chain whose end the chain has not acknowledged yet,
@@ -601,21 +649,21 @@ private:
                         m.header.key_list_id != plan.secret) {
                         out.emplace_back(c, refusal(m.header, wire::message_kind::push_reply,
                                                     errc::not_permitted));
-                    } else if (ahead(m.header) || holds_back(c)) {
+                    } else if (waits(m.header) || holds_back(c)) {
                         hold_back(c, std::move(m), out);
                     } else {
                         on_push(c, std::move(m), out);
                     }
                     break;
                 case wire::message_kind::pull:
-                    if (ahead(m.header) || holds_back(c)) {
+                    if (waits(m.header) || holds_back(c)) {
                         hold_back(c, std::move(m), out);
                     } else {
                         on_read(c, std::move(m), out);
                     }
                     break;
                 case wire::message_kind::call:
-                    if (ahead(m.header) || holds_back(c)) {
+                    if (waits(m.header) || holds_back(c)) {
                         hold_back(c, std::move(m), out);
                     } else {
                         on_read(c, std::move(m), out);
@@ -661,6 +709,12 @@ private:
         }
         static constexpr std::uint64_t max_views_ahead = 64;
 
+        /// Whether request `h` waits: it was sent under a newer view (`ahead`), or it is a
+        /// worker's and this server waits for the hand-over of keys it took over.
+        bool waits(const wire::message_header& h) const {
+            return ahead(h) || ((h.flags & wire::flag_replica) == 0 && !awaiting_handover.empty());
+        }
+
         /// Whether requests from `c` wait for a newer view (the ones after them wait too,
         /// so that each connection's requests apply in order).
         bool holds_back(const connection_ptr& c) const {
@@ -692,7 +746,7 @@ private:
             for (auto& w : list) {
                 const bool after_blocked =
                     std::find(blocked.begin(), blocked.end(), w.conn.get()) != blocked.end();
-                if (after_blocked || ahead(w.request.header)) {
+                if (after_blocked || waits(w.request.header)) {
                     blocked.push_back(w.conn.get());
                     held_back_bytes += bytes_of(w.request);
                     held_back.push_back(std::move(w));
@@ -788,16 +842,277 @@ private:
             return &s;
         }
 
-        /// Whether server `id` is on some chain of the plan.
-        bool in_plan(std::uint32_t id) const {
+        /// Whether server `id` is on some chain of the plan, or joins.
+        bool in_plan(std::uint32_t id) const { return peer_of(id) != nullptr; }
+
+        /// The server with id `id` on a chain or among the learners of the plan, or null.
+        const replication_plan::peer* peer_of(std::uint32_t id) const {
             for (const auto& [primary, chain] : plan.chains) {
                 for (const auto& p : chain) {
                     if (p.id == id) {
-                        return true;
+                        return &p;
                     }
                 }
             }
-            return false;
+            for (const auto& p : plan.learners) {
+                if (p.id == id) {
+                    return &p;
+                }
+            }
+            return nullptr;
+        }
+
+        /// Plan `p`'s partitions that move while servers join: away from server `id` (by
+        /// the server they move to), or to it (`to`: by the server they move from).
+        static std::map<std::uint32_t, std::vector<std::uint32_t>>
+        moving(const replication_plan& p, std::uint32_t id, bool to) {
+            std::map<std::uint32_t, std::vector<std::uint32_t>> out;
+            const std::size_t n = std::min(p.primaries.size(), p.next_primaries.size());
+            for (std::size_t i = 0; i < n; ++i) {
+                const auto from = p.primaries[i];
+                const auto next = p.next_primaries[i];
+                if (from != next && (to ? next : from) == id) {
+                    out[to ? from : next].push_back(static_cast<std::uint32_t>(i));
+                }
+            }
+            return out;
+        }
+        static auto moving_from(const replication_plan& p, std::uint32_t id) {
+            return moving(p, id, false);
+        }
+        static auto moving_to(const replication_plan& p, std::uint32_t id) {
+            return moving(p, id, true);
+        }
+
+        /// Whether this server takes updates from primary `origin` as its learner: it
+        /// learns partitions of it, or waits for its hand-over of them.
+        bool learns_from(std::uint32_t origin) const {
+            return learning.count(origin) != 0 || awaiting_handover.count(origin) != 0;
+        }
+
+        /// The keys of `m` for which `keep(key)` holds, with their rows (`h.width` values
+        /// each), as a key list (key runs are expanded). @throws std::bad_alloc
+        template <typename Keep>
+        static wire::message filtered(const wire::message& m, Keep keep) {
+            const auto& h = m.header;
+            const std::size_t ks = wire::size_of(h.key_type);
+            const std::size_t row = std::size_t{h.width} * wire::size_of(h.value_type);
+            const auto bytes = m.keys().span();
+            const auto values = m.values().span();
+            const bool has_values = !values.empty();
+            std::vector<std::byte> keys;
+            std::vector<std::byte> rows;
+            std::uint64_t count = 0;
+            std::uint64_t lo = ~std::uint64_t{0};
+            std::uint64_t hi = 0;
+            auto key_at = [&](std::size_t i) {
+                std::uint64_t k = 0;
+                std::memcpy(&k, bytes.data() + i * ks, ks); // little-endian
+                return k;
+            };
+            std::size_t index = 0; // the key's position in the request: its row
+            auto visit = [&](std::uint64_t k) {
+                if (keep(k)) {
+                    const auto at = keys.size();
+                    keys.resize(at + ks);
+                    std::memcpy(keys.data() + at, &k, ks);
+                    if (has_values && (index + 1) * row <= values.size()) {
+                        rows.insert(
+                            rows.end(), values.begin() + static_cast<std::ptrdiff_t>(index * row),
+                            values.begin() + static_cast<std::ptrdiff_t>((index + 1) * row));
+                    }
+                    ++count;
+                    lo = std::min(lo, k);
+                    hi = std::max(hi, k);
+                }
+                ++index;
+            };
+            const std::size_t n = bytes.size() / ks;
+            if ((h.flags & wire::flag_key_runs) == 0) {
+                for (std::size_t i = 0; i < n; ++i) {
+                    visit(key_at(i));
+                }
+            } else {
+                for (std::size_t i = 0; i + 1 < n; i += 2) {
+                    for (std::uint64_t k = key_at(i); k < key_at(i + 1); ++k) {
+                        visit(k);
+                    }
+                }
+            }
+            wire::message out;
+            out.header = h;
+            out.header.flags &= static_cast<std::uint8_t>(~wire::flag_key_runs);
+            out.header.key_count = count;
+            out.header.range_begin = count == 0 ? h.range_begin : lo;
+            out.header.range_end = count == 0 ? h.range_begin : hi + 1;
+            out.set_segment(wire::keys_segment, shared_bytes::copy_of(keys));
+            if (has_values) {
+                out.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
+            }
+            return out;
+        }
+
+        /// Sends learner `to` the keys of update `m` (applied here) that move to it.
+        void teach_update(std::uint32_t to, const wire::message& m,
+                          std::function<void(std::error_code)> done) {
+            const auto* peer = peer_of(to);
+            if (!peer) {
+                if (done) {
+                    asio::post(executor, [done = std::move(done)] {
+                        done(make_error_code(errc::node_failed));
+                    });
+                }
+                return;
+            }
+            auto part = filtered(m, [&](std::uint64_t k) {
+                const auto p = plan.partition_of(k);
+                return p < plan.next_primaries.size() && p < plan.primaries.size() &&
+                       plan.primaries[p] == opts.node_id && plan.next_primaries[p] == to;
+            });
+            if (part.header.key_count == 0) {
+                if (done) {
+                    asio::post(executor, [done = std::move(done)] { done({}); });
+                }
+                return;
+            }
+            forward(*peer, opts.node_id, std::move(part), std::move(done));
+        }
+
+        /// After a new plan, for servers joining: as a primary, copies the partitions that
+        /// move to each new learner to it (then ends the copy), and sends the hand-over to
+        /// each learner that now is the primary of partitions it taught it; as a learner,
+        /// notes which primaries teach it and, once it is their primary, whose hand-over
+        /// it waits for. Ordered held pushes of keys that moved away are trimmed to the
+        /// keys this server still holds.
+        void join_moves(const replication_plan& old) {
+            const auto self = opts.node_id;
+            // Trim held pushes of keys that moved away (their workers resend those keys
+            // to the new owner, as the durable clock told them nothing of them).
+            bool shrank = false;
+            for (std::size_t p = 0; p < old.primaries.size() && !shrank; ++p) {
+                shrank = old.primaries[p] == self &&
+                         (p >= plan.primaries.size() || plan.primaries[p] != self);
+            }
+            if (shrank && old.version != 0 && holds_keys) {
+                for (auto& [id, s] : tables) {
+                    trim_held(s);
+                }
+            }
+            // The hand-over: partitions taught to a learner that is now their primary.
+            for (auto& [to, parts] : teaching) {
+                const bool now_its =
+                    !parts.empty() && std::all_of(parts.begin(), parts.end(), [&](std::uint32_t p) {
+                        return p < plan.primaries.size() && plan.primaries[p] == to;
+                    });
+                const auto* peer = peer_of(to);
+                if (!now_its || !peer) {
+                    continue;
+                }
+                wire::message end;
+                end.header.kind = wire::message_kind::push;
+                end.header.flags = wire::flag_transfer | wire::flag_finish;
+                end.header.worker = wire::no_worker;
+                forward(*peer, self, std::move(end), [log = log, self, to](std::error_code ec) {
+                    if (ec && log) {
+                        log(log_level::error,
+                            "petrel server " + std::to_string(self) + ": the hand-over to server " +
+                                std::to_string(to) + " failed (" + ec.message() + ")");
+                    }
+                });
+                if (log) {
+                    log(log_level::info, "petrel server " + std::to_string(self) + ": handed " +
+                                             std::to_string(parts.size()) +
+                                             " partitions over to server " + std::to_string(to));
+                }
+            }
+            // Teaching: copy to the learners of this plan whose partitions are new.
+            auto now = moving_from(plan, self);
+            for (const auto& [to, parts] : now) {
+                const auto was = teaching.find(to);
+                const auto* peer = peer_of(to);
+                if ((was != teaching.end() && was->second == parts) || !peer) {
+                    continue;
+                }
+                std::set<std::uint32_t> moving(parts.begin(), parts.end());
+                for (auto& [id, s] : tables) {
+                    if (!s.table) {
+                        continue;
+                    }
+                    try {
+                        transfer(id, s, *peer,
+                                 [&](std::uint32_t p) { return moving.count(p) != 0; });
+                    } catch (const std::bad_alloc&) {
+                        if (log) {
+                            log(log_level::error, "petrel server " + std::to_string(self) +
+                                                      ": no memory to copy table " +
+                                                      std::to_string(id) + " to joining server " +
+                                                      std::to_string(to));
+                        }
+                    }
+                }
+                wire::message end;
+                end.header.kind = wire::message_kind::push;
+                end.header.flags = wire::flag_transfer;
+                end.header.worker = wire::no_worker;
+                end.header.clock = plan.version; // the plan this copy was made for
+                forward(*peer, self, std::move(end), {});
+            }
+            teaching = std::move(now);
+            // Learning: the primaries that teach this server under this plan.
+            const auto sources = moving_to(plan, self);
+            const auto before = moving_to(old, self);
+            std::map<std::uint32_t, lesson> learn;
+            for (const auto& [from, parts] : sources) {
+                const auto b = before.find(from);
+                const auto l = learning.find(from);
+                if (b != before.end() && b->second == parts && l != learning.end()) {
+                    learn[from] = l->second; // the same partitions: the copy stands
+                } else {
+                    learn[from] = lesson{plan.version, false};
+                }
+            }
+            // Primaries whose taught partitions this plan makes this server's: their last
+            // updates may still be on the way; workers wait for their hand-over.
+            for (const auto& [from, parts] : before) {
+                const bool mine = std::all_of(parts.begin(), parts.end(), [&](std::uint32_t p) {
+                    return p < plan.primaries.size() && plan.primaries[p] == self;
+                });
+                if (mine && sources.count(from) == 0 && plan.chains.count(from) != 0) {
+                    awaiting_handover.insert(from);
+                }
+            }
+            // A teacher that is no longer alive (on no chain) sends no hand-over.
+            std::erase_if(awaiting_handover,
+                          [&](std::uint32_t from) { return plan.chains.count(from) == 0; });
+            learning = std::move(learn);
+        }
+
+        /// Drops from the held pushes of `s` the keys this server is no longer the primary
+        /// of (a push left without keys goes).
+        void trim_held(table_slot& s) {
+            std::vector<waiting> keep;
+            auto moved = s.gate.remove_if([&](const waiting& w) {
+                return !w.conn && w.request.header.kind == wire::message_kind::push &&
+                       !primary_of(w.request, opts.node_id);
+            });
+            for (auto& w : moved) {
+                s.held_bytes -= bytes_of(w.request);
+                wire::message part;
+                try {
+                    part = filtered(w.request, [&](std::uint64_t k) {
+                        const auto p = plan.partition_of(k);
+                        return p < plan.primaries.size() && plan.primaries[p] == opts.node_id;
+                    });
+                } catch (const std::bad_alloc&) {
+                    continue; // its workers resend it all to the new owners
+                }
+                if (part.header.key_count == 0) {
+                    continue;
+                }
+                s.held_bytes += bytes_of(part);
+                const auto h = part.header;
+                s.gate.hold(h.worker, h.clock, range_of(h), waiting{nullptr, std::move(part)});
+            }
         }
 
         /// The server after this one on the chain of primary `origin`, for a table of
@@ -851,8 +1166,10 @@ private:
             const auto link = found->second;
             auto& h = update.header;
             h.kind = wire::message_kind::push;
+            const bool end = (h.flags & wire::flag_transfer) != 0 && h.key_count == 0;
             h.flags = static_cast<std::uint8_t>(
-                (h.flags & (wire::flag_key_runs | wire::flag_ordered | wire::flag_transfer)) |
+                (h.flags & (wire::flag_key_runs | wire::flag_ordered | wire::flag_transfer |
+                            (end ? wire::flag_finish : 0))) |
                 wire::flag_replica);
             h.sender = opts.node_id;
             h.receiver = origin;
@@ -925,19 +1242,20 @@ private:
                 auto reply = reply_to(h, wire::message_kind::push_reply);
                 if (!replica) {
                     reply.header.clocks = s->gate.entries(range_of(h), max_entries());
-                    reply.header.clock = durable(*s);
+                    reply.header.clock = durable_for(*s, h);
                 }
                 out.emplace_back(c, std::move(reply));
                 return;
             }
             const std::uint32_t origin = replica ? h.receiver : opts.node_id;
-            if (!ec && replica && h.view != plan.version && !primary_of(m, origin)) {
+            const bool learner = replica && learns_from(origin);
+            if (!ec && replica && !learner && h.view != plan.version && !primary_of(m, origin)) {
                 // Sent under another view by a server that this server's view no longer
                 // makes the primary of these keys: applying it could undo a newer copy.
                 ec = errc::stale_view;
             }
             const replication_plan::peer* next =
-                ec || ordered ? nullptr : next_hop(origin, s->replicas, ec);
+                ec || ordered || learner ? nullptr : next_hop(origin, s->replicas, ec);
             if (!ec) {
                 ec = transfer ? load_rows(*s, m) : accept(*s, m);
             }
@@ -966,7 +1284,21 @@ private:
             auto reply = reply_to(h, wire::message_kind::push_reply);
             if (!replica) {
                 reply.header.clocks = s->gate.entries(range_of(h), max_entries());
-                reply.header.clock = durable(*s);
+                reply.header.clock = durable_for(*s, h);
+            }
+            if (!replica && !ordered && !teaching.empty()) {
+                for (const auto& [to, parts] : teaching) {
+                    try {
+                        teach_update(to, m, {});
+                    } catch (const std::bad_alloc&) {
+                        if (log) {
+                            log(log_level::error,
+                                "petrel server " + std::to_string(opts.node_id) +
+                                    ": no memory to send a push to joining server " +
+                                    std::to_string(to));
+                        }
+                    }
+                }
             }
             if (next) {
                 // Acknowledged once the rest of the chain has applied it.
@@ -1085,9 +1417,41 @@ private:
                        : std::min(done, *std::min_element(s.unacked.begin(), s.unacked.end()));
         }
 
+        /// The durable clock to tell the sender of request `h`: capped for a request sent
+        /// under a view before this server's keys last changed (see `durable_cap`).
+        std::uint64_t durable_for(const table_slot& s, const wire::message_header& h) const {
+            const auto d = durable(s);
+            return h.view < placed_at ? std::min(d, s.durable_cap) : d;
+        }
+
         /// The end of a primary's copy down its chain: this server holds its keys whole.
+        /// From a primary this server learns from: the end of its copy of the moving
+        /// partitions, or (`wire::flag_finish`) its hand-over of them.
         void end_of_copy(const connection_ptr& c, wire::message&& m, outbox& out) {
             const auto h = m.header;
+            if (learns_from(h.receiver)) {
+                if ((h.flags & wire::flag_finish) != 0) {
+                    awaiting_handover.erase(h.receiver);
+                    learning.erase(h.receiver);
+                    if (log) {
+                        log(log_level::info, "petrel server " + std::to_string(opts.node_id) +
+                                                 ": server " + std::to_string(h.receiver) +
+                                                 " handed its partitions over");
+                    }
+                    if (awaiting_handover.empty()) {
+                        if (copy_after_handover) {
+                            copy_after_handover = false;
+                            copy_down_chain();
+                        }
+                        resume(out);
+                    }
+                } else if (auto it = learning.find(h.receiver);
+                           it != learning.end() && h.clock >= it->second.since) {
+                    it->second.done = true;
+                }
+                out.emplace_back(c, reply_to(h, wire::message_kind::push_reply));
+                return;
+            }
             std::error_code ec;
             const auto* next = next_hop(h.receiver, 7, ec);
             if (ec) {
@@ -1275,9 +1639,14 @@ private:
                     }
                 }
             }
+            const auto taught = moving_to(old, self);
             for (const auto from : took_from) {
                 if (from == self) {
                     continue;
+                }
+                if (const auto l = learning.find(from);
+                    taught.count(from) != 0 && l != learning.end() && l->second.done) {
+                    continue; // it taught this server the partitions it hands over
                 }
                 if (!in_chain(old, from) || syncing.count(from) != 0) {
                     lost +=
@@ -1304,7 +1673,7 @@ private:
         /// down its chain (in pieces of at most `transfer_bytes`), ahead of any later
         /// update on the same links, so that each replica again holds what the primary
         /// holds.
-        void rereplicate(const replication_plan& old) {
+        void rereplicate(const replication_plan& old, bool force = false) {
             const auto self = opts.node_id;
             auto it = plan.chains.find(self);
             if (it == plan.chains.end() || it->second.size() < 2 || !plan.partition_of) {
@@ -1331,10 +1700,16 @@ private:
                     break;
                 }
             }
+            if (grew && !force && !awaiting_handover.empty()) {
+                // Keys taken over from primaries whose last updates are on their way: the
+                // copy follows their hand-over.
+                copy_after_handover = true;
+                return;
+            }
             const auto before = ids(old, self);
             const auto now = ids(plan, self);
             bool copied = false;
-            const bool changed = grew || before != now;
+            const bool changed = force || grew || before != now;
             for (auto& [id, s] : tables) {
                 const std::size_t tail = std::min<std::size_t>(s.replicas, chain.size() - 1);
                 if (tail == 0 || !s.table) {
@@ -1342,7 +1717,7 @@ private:
                 }
                 const bool same = before.size() >= tail + 1 &&
                                   std::equal(now.begin(), now.begin() + tail + 1, before.begin());
-                if (same && !grew && old.version != 0) {
+                if (same && !grew && !force && old.version != 0) {
                     continue;
                 }
                 try {
@@ -1356,7 +1731,7 @@ private:
                     }
                 }
             }
-            if ((copied || changed) && old.version != 0) {
+            if ((copied || changed) && (old.version != 0 || force)) {
                 // The end of the copy: the chain's servers hold this server's keys whole.
                 wire::message end;
                 end.header.kind = wire::message_kind::push;
@@ -1397,11 +1772,24 @@ private:
             }
         }
 
+        /// Copies every row this server is the primary of down its chain again (after the
+        /// hand-overs of keys it took over from primaries that taught it them).
+        void copy_down_chain() { rereplicate(plan, true); }
+
         /// The most payload bytes of one transfer message.
         static constexpr std::uint64_t transfer_bytes = std::uint64_t{4} << 20;
 
         /// Sends the rows of table `id` whose primary is this server to `next`, in pieces.
         void transfer(std::uint32_t id, table_slot& s, const replication_plan::peer& next) {
+            transfer(id, s, next, [&](std::uint32_t p) {
+                return p < plan.primaries.size() && plan.primaries[p] == opts.node_id;
+            });
+        }
+
+        /// Sends the rows of table `id` in the partitions `send(partition)` accepts.
+        template <typename Send>
+        void transfer(std::uint32_t id, table_slot& s, const replication_plan::peer& next,
+                      Send send) {
             const auto self = opts.node_id;
             const shard_table all = s.table->dump(id);
             const std::uint64_t applied = s.gate.completed(clock_gate<waiting>::all());
@@ -1416,8 +1804,7 @@ private:
             for (std::uint64_t r = 0; r < all.rows; ++r) {
                 std::uint64_t key = 0;
                 std::memcpy(&key, all.keys.data() + r * ks, ks); // little-endian
-                const auto p = plan.partition_of(key);
-                if (p < plan.primaries.size() && plan.primaries[p] == self) {
+                if (send(plan.partition_of(key))) {
                     mine.push_back(r);
                 }
             }
@@ -1462,7 +1849,7 @@ private:
             if (log && sent > 0) {
                 log(log_level::info, "petrel server " + std::to_string(self) + ": copying " +
                                          std::to_string(sent) + " rows of table " +
-                                         std::to_string(id) + " down its chain to server " +
+                                         std::to_string(id) + " to server " +
                                          std::to_string(next.id));
             }
         }
@@ -1475,7 +1862,7 @@ private:
         bool replicate_clock(table_slot& s, std::span<const wire::message* const> pushes) {
             std::error_code ec;
             const auto* next = next_hop(opts.node_id, s.replicas, ec);
-            if (!next) {
+            if (!next && teaching.empty()) {
                 return false;
             }
             s.table->apply_clock(pushes, s.mean);
@@ -1496,6 +1883,29 @@ private:
             rows.header.flags |= wire::flag_ordered; // the rows after clock `clock`
             const auto clock = rows.header.clock;
             const auto table = rows.header.table_id;
+            // Joining servers learn the rows of the partitions that move to them; the clock
+            // is durable once they have them too (whatever they answered: one that does
+            // not answer does not join).
+            for (const auto& [to, parts] : teaching) {
+                s.unacked.push_back(clock);
+                auto acked = [weak = self, table, clock](std::error_code) {
+                    acknowledge(weak, table, clock);
+                };
+                try {
+                    teach_update(to, rows, acked);
+                } catch (const std::bad_alloc&) {
+                    s.unacked.pop_back();
+                    if (log) {
+                        log(log_level::error, "petrel server " + std::to_string(opts.node_id) +
+                                                  ": no memory to send clock " +
+                                                  std::to_string(clock) + " to joining server " +
+                                                  std::to_string(to));
+                    }
+                }
+            }
+            if (!next) {
+                return true;
+            }
             s.unacked.push_back(clock);
             forward(*next, opts.node_id, std::move(rows),
                     [weak = self, table, clock](std::error_code ec) {
@@ -1505,17 +1915,23 @@ private:
                             // workers keep its pushes and send them to the new owner.
                             return;
                         }
-                        if (auto st = weak.lock()) {
-                            std::lock_guard lock(st->mutex);
-                            if (auto it = st->tables.find(table); it != st->tables.end()) {
-                                auto& q = it->second.unacked;
-                                if (auto at = std::find(q.begin(), q.end(), clock); at != q.end()) {
-                                    q.erase(at);
-                                }
-                            }
-                        }
+                        acknowledge(weak, table, clock);
                     });
             return true;
+        }
+
+        /// One server acknowledged the rows of `clock` of table `table`.
+        static void acknowledge(const std::weak_ptr<state>& weak, std::uint32_t table,
+                                std::uint64_t clock) {
+            if (auto st = weak.lock()) {
+                std::lock_guard lock(st->mutex);
+                if (auto it = st->tables.find(table); it != st->tables.end()) {
+                    auto& q = it->second.unacked;
+                    if (auto at = std::find(q.begin(), q.end(), clock); at != q.end()) {
+                        q.erase(at);
+                    }
+                }
+            }
         }
 
         /// Creates the table if needed, checks the push against it and creates its new
@@ -1606,7 +2022,7 @@ private:
             auto reply = reply_to(h, wire::message_kind::clock_reply);
             if (auto it = tables.find(h.table_id); it != tables.end()) {
                 reply.header.clocks = it->second.gate.entries(range_of(h), max_entries());
-                reply.header.clock = durable(it->second);
+                reply.header.clock = durable_for(it->second, h);
             }
             out.emplace_back(c, std::move(reply));
         }

@@ -33,6 +33,7 @@ enum class control_op : std::uint8_t {
     assign = 6,    ///< worker → manager: define a data set; answered with the new view
     round = 7,     ///< worker → manager: ready for the next round of a block schedule
     retire = 8,    ///< server → manager: leave, its keys handed to their replicas
+    ready = 9,     ///< joining server → manager: its copies arrived under view `version`
 };
 
 template <class Archive, typename T>
@@ -103,7 +104,7 @@ struct control_body {
         load_optional(ar, data);
         load_optional(ar, blocks);
         load_optional(ar, round);
-        if (op < control_op::join || op > control_op::retire || role < node_role::manager ||
+        if (op < control_op::join || op > control_op::ready || role < node_role::manager ||
             role > node_role::reader || barrier_group < group::all ||
             barrier_group > group::workers) {
             throw std::domain_error("unknown control operation, role or group");
