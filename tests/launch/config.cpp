@@ -698,3 +698,35 @@ TEST_CASE("config: replicas, by default one copy when there are two servers", "[
                Catch::Contains("at most 7"));
     CHECK_THAT(petrel::usage("train"), Catch::Contains("PETREL_REPLICAS"));
 }
+
+TEST_CASE("config: a node that joins the running job, and how far the job may grow", "[launch]") {
+    // By default nobody may join: the job keeps its size.
+    const auto plain = resolve_with({}, {"--servers", "3", "--workers", "2"});
+    CHECK(plain.max_servers == 3);
+    CHECK(plain.max_workers == 2);
+    CHECK_FALSE(plain.join);
+    const auto grows = resolve_with({}, {"--max-servers", "5"}, {{"PETREL_MAX_WORKERS", "4"}});
+    CHECK(grows.max_servers == 5);
+    CHECK(grows.max_workers == 4);
+    CHECK_THAT(resolve_error({}, {"--servers", "3", "--max-servers", "2"}),
+               Catch::StartsWith("petrel: --max-servers=\"2\": fewer than the job's 3"));
+    // One server joins at the root: no manager, no worker here.
+    const auto s = resolve_with({}, {"--join", "server", "--root", "127.0.0.1:7000"});
+    REQUIRE(s.join);
+    CHECK(*s.join == node_role::server);
+    CHECK(s.roles == roles{node_role::server});
+    CHECK(s.managers_here == 0);
+    CHECK(s.servers_here == 1);
+    CHECK(s.workers_here == 0);
+    CHECK(s.root == "127.0.0.1:7000");
+    const auto w = resolve_with({}, {"--root=h:9"}, {{"PETREL_JOIN", "worker"}});
+    CHECK(w.roles == roles{node_role::worker});
+    CHECK(w.workers_here == 1);
+    CHECK(w.servers_here == 0);
+    CHECK_THAT(resolve_error({}, {"--join", "server"}), Catch::Contains("needs its root"));
+    CHECK_THAT(resolve_error({}, {"--join", "manager", "--root", "h:9"}),
+               Catch::Contains("not a role that joins (expected server or worker)"));
+    CHECK_THAT(petrel::usage("train"), Catch::Contains("PETREL_JOIN") &&
+                                           Catch::Contains("PETREL_MAX_SERVERS") &&
+                                           Catch::Contains("PETREL_MAX_WORKERS"));
+}

@@ -491,6 +491,43 @@ TEST_CASE("run: a server process given SIGTERM hands its keys over and leaves, n
     CHECK_THAT(procs[0]->output(), !Catch::Contains("failed: "));
 }
 
+TEST_CASE("run: a server process joins the running job and takes its share, no update lost",
+          "[fault][process]") {
+    // Three servers train with two workers; a sixth process started with PETREL_JOIN=server
+    // joins, receives the partitions that move to it and takes them over while the
+    // workers train on. Every worker's exact sums hold and nothing fails.
+    const auto port = petrel::test::free_port();
+    const std::string job = "test-join-" + std::to_string(::getpid());
+    auto procs = start_job("[spmd_failover]", 5,
+                           {{"PETREL_SERVERS", "3"},
+                            {"PETREL_MAX_SERVERS", "4"},
+                            {"PETREL_TEST_CLOCKS", "60"},
+                            {"PETREL_JOB_ID", job},
+                            {"PETREL_TEST_LOG_INFO", "1"}},
+                           {}, port);
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE_FALSE(procs[3]->wait_for(0ms)); // still training
+    procs.push_back(std::make_unique<petrel::test::child_process>(
+        std::vector<std::string>{petrel::test::self_path(), "[spmd_failover]"},
+        std::map<std::string, std::string>{{"PETREL_ROOT", "127.0.0.1:" + std::to_string(port)},
+                                           {"PETREL_SERVERS", "3"},
+                                           {"PETREL_WORKERS", "2"},
+                                           {"PETREL_JOB_ID", job},
+                                           {"PETREL_JOIN", "server"},
+                                           {"PETREL_TEST_LOG_INFO", "1"}},
+        "/tmp/petrel-test-" + std::to_string(::getpid()) + "-join.log"));
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(120s)); // no hang
+    }
+    for (std::size_t r = 0; r < procs.size(); ++r) {
+        INFO("process " << r << ":\n" << procs[r]->output());
+        CHECK(procs[r]->exit_code() == 0);
+    }
+    CHECK_THAT(procs[5]->output(), Catch::Contains("took over its share of the keys"));
+    CHECK_THAT(procs[0]->output(), Catch::Contains("took over its share of the key partitions"));
+    CHECK_THAT(procs[0]->output(), !Catch::Contains("failed: "));
+}
+
 TEST_CASE("run: a server without replicas given SIGTERM is refused and keeps serving",
           "[fault][process]") {
     // With no replicas server 2's keys have no other copy: it says why it cannot leave,

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -100,6 +101,17 @@ struct config {
     /// (chain replication); tables may keep fewer (`table_spec::replicas`).
     /// `--replicas K`, `PETREL_REPLICAS`.
     std::optional<std::uint32_t> replicas{};
+    /// How many servers and workers the running job may grow to: nodes started later
+    /// with `join` take part up to these totals of live ones. Default: the job's
+    /// servers and workers (none may join). `--max-servers N`, `PETREL_MAX_SERVERS`;
+    /// `--max-workers N`, `PETREL_MAX_WORKERS`. Read by the manager.
+    std::optional<std::uint32_t> max_servers{};
+    std::optional<std::uint32_t> max_workers{};
+    /// This process starts one node of this role (server or worker) that joins the
+    /// running job at the root, instead of taking part in its start: a server takes its
+    /// share of the keys once they are copied to it, a worker starts at the job's clock.
+    /// Needs the root. `--join server|worker`, `PETREL_JOIN`.
+    std::optional<node_role> join{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -131,6 +143,13 @@ struct settings {
     std::string restore;
     /// Copies of each key range besides the primary's: below `servers`.
     std::uint32_t replicas = 0;
+    /// The totals of live servers and workers the running job may grow to (at least
+    /// `servers` and `workers`).
+    std::uint32_t max_servers = 0;
+    std::uint32_t max_workers = 0;
+    /// The role of the one node this process adds to the running job (`config::join`);
+    /// empty when it takes part in the job's start.
+    std::optional<node_role> join;
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -160,7 +179,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 15> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 18> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -209,6 +228,16 @@ struct config_option {
          "Copies of each key range besides its primary's, held by the next K servers of the "
          "ring; a push is acknowledged once they have applied it. Fewer than the servers. "
          "Default: 1 with at least 2 servers, else 0."},
+        {"max-servers", "N", "PETREL_MAX_SERVERS",
+         "Live servers the running job may grow to: a process started with --join server "
+         "takes a share of the keys. Read by rank 0. Default: the job's servers."},
+        {"max-workers", "N", "PETREL_MAX_WORKERS",
+         "Live workers the running job may grow to: a process started with --join worker "
+         "trains from the job's clock. Read by rank 0. Default: the job's workers."},
+        {"join", "server|worker", "PETREL_JOIN",
+         "Start one node of this role that joins the running job at the root (which must be "
+         "given) rather than take part in its start; give the job's --servers and --workers "
+         "as well. Default: take part in the start."},
     }};
 }
 
@@ -312,6 +341,9 @@ template <typename T>
 [[nodiscard]] inline std::string config_describe(const std::string& v) {
     return v;
 }
+[[nodiscard]] inline std::string config_describe(node_role v) {
+    return std::string(to_string(v));
+}
 [[nodiscard]] inline std::string config_describe(petrel::layout v) {
     return std::string(to_string(v));
 }
@@ -365,6 +397,16 @@ struct config_parse_duration {
 struct config_parse_text {
     std::string operator()(std::string_view, std::string_view text) const {
         return std::string(text);
+    }
+};
+
+struct config_parse_join {
+    node_role operator()(std::string_view origin, std::string_view text) const {
+        const auto role = parse_node_role(text);
+        if (role != node_role::server && role != node_role::worker) {
+            config_fail(origin, text, "not a role that joins (expected server or worker)");
+        }
+        return *role;
     }
 };
 
@@ -698,6 +740,11 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     const auto roles = config_pick(program.roles, "roles", cl, env, config_parse_roles{});
     const auto restore = config_pick(program.restore, "restore", cl, env, config_parse_text{});
     const auto replicas = config_pick(program.replicas, "replicas", cl, env, config_parse_whole{});
+    const auto max_servers =
+        config_pick(program.max_servers, "max-servers", cl, env, config_parse_whole{});
+    const auto max_workers =
+        config_pick(program.max_workers, "max-workers", cl, env, config_parse_whole{});
+    const auto join = config_pick(program.join, "join", cl, env, config_parse_join{});
     const auto threads =
         config_or(config_pick(program.threads, "threads", cl, env, config_parse_count{}), 2u);
     const auto interval = config_or(config_pick(program.heartbeat_interval, "heartbeat-interval",
@@ -739,6 +786,31 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
 
     s.layout = layout ? layout->value : petrel::layout::dedicated;
     config_plan(s, servers, workers, roles);
+    s.max_servers = s.servers;
+    s.max_workers = s.workers;
+    for (auto [v, total, out] : {std::tuple(&max_servers, s.servers, &s.max_servers),
+                                 std::tuple(&max_workers, s.workers, &s.max_workers)}) {
+        if (*v) {
+            if ((*v)->value < total) {
+                config_fail(**v, "fewer than the job's " + std::to_string(total));
+            }
+            *out = (*v)->value;
+        }
+    }
+    if (join) {
+        if (!root) {
+            config_fail(*join, "a node that joins a running job needs its root: set "
+                               "PETREL_ROOT=host:port or --root host:port");
+        }
+        if (roles) {
+            config_fail(*join, "joins with one node: leave out the roles override");
+        }
+        s.join = join->value;
+        s.roles = {join->value};
+        s.managers_here = 0;
+        s.servers_here = join->value == node_role::server ? 1 : 0;
+        s.workers_here = join->value == node_role::worker ? 1 : 0;
+    }
     if (replicas) {
         if (replicas->value >= s.servers) {
             config_fail(*replicas, "too many: " + std::to_string(s.servers) +

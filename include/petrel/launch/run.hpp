@@ -207,6 +207,39 @@ private:
 
 } // namespace detail
 
+namespace detail {
+
+/// A server that joined a running job: reports each plan under which its copies are
+/// complete (`member::async_ready`) until the ring makes it the primary of its share.
+/// Empty, or why it did not within `patience`.
+inline std::string take_over(member& m, const server_node& server,
+                             std::chrono::milliseconds patience) {
+    const auto until = std::chrono::steady_clock::now() + patience;
+    std::uint64_t reported = 0;
+    while (true) {
+        if (const auto v = m.view(); v && v->ring.holds(m.id())) {
+            return {};
+        }
+        if (!m.failure().empty()) {
+            return m.failure();
+        }
+        if (std::chrono::steady_clock::now() >= until) {
+            return "server " + std::to_string(m.id()) +
+                   " joined but was not given its keys within " + std::to_string(patience.count()) +
+                   " ms";
+        }
+        if (const auto ready = server.join_ready(); ready != 0 && ready != reported) {
+            auto answer = m.async_ready(ready, asio::use_future);
+            if (!outcome(answer)) {
+                reported = ready;
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+}
+
+} // namespace detail
+
 /// The chains along which the servers of view `v` replicate (see
 /// `server_node::replicate`): for each live server that is the primary of some partition,
 /// the live servers of that partition's owner list, primary first. The ring gives every
@@ -323,6 +356,8 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                     manager_options{.job_id = s.job_id,
                                     .servers = s.servers,
                                     .workers = s.workers,
+                                    .max_workers = s.max_workers,
+                                    .max_servers = s.max_servers,
                                     .ring = {.replicas = s.replicas},
                                     .heartbeat_timeout = s.heartbeat_timeout,
                                     .startup_timeout = s.startup_timeout});
@@ -390,8 +425,8 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             for (std::size_t i = 0; i < servers.size(); ++i) {
                 const node_id self = members[i]->id();
                 servers[i]->set_node_id(self);
-                if (s.restore.empty()) {
-                    continue;
+                if (s.restore.empty() || s.join) {
+                    continue; // a server that joins gets its rows from their primaries
                 }
                 try {
                     const auto v = members[i]->view();
@@ -443,7 +478,19 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 threads.emplace_back([&, i] {
                     auto& m = members[i];
                     bool is_worker = m->options().role == node_role::worker;
-                    if (!s.restore.empty()) {
+                    if (s.join && !is_worker && i < servers.size()) {
+                        // Reports its copies complete until the ring gives it its keys.
+                        if (auto why = detail::take_over(*m, *servers[i], s.startup_timeout);
+                            !why.empty()) {
+                            failed(why);
+                            results[i] = run_failed;
+                        } else {
+                            say(log_level::info, "petrel: server " + std::to_string(m->id()) +
+                                                     " joined the running job and took over "
+                                                     "its share of the keys");
+                        }
+                    }
+                    if (!s.restore.empty() && !s.join) {
                         // Every server has loaded the checkpoint once all nodes are here.
                         auto ready = m->async_barrier(group::all, asio::use_future);
                         if (auto ec = detail::outcome(ready)) {
