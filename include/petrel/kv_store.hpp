@@ -488,10 +488,11 @@ public:
         }
         auto request = tick_request(n, 0);
         after(when_all(std::move(deps)), [pipe = pipe_, weak = std::weak_ptr<shared>(shared_),
+                                          where = current_placement(),
                                           request = std::move(request)]() mutable {
             // The servers of the view at the time of sending: one that joined since the
             // call was told of the clocks sent before it (`sync_ticks`), and gets this one.
-            std::shared_ptr<const placement> where;
+            // (Those of the call's time once the store is gone.)
             if (auto s = weak.lock()) {
                 std::lock_guard lock(s->mutex);
                 if (s->owner) {
@@ -835,10 +836,15 @@ private:
 
     /// Server `server` applied, here and on its replicas, every push of the clocks below
     /// `clock`: its retained pushes of those clocks are no longer needed.
+    /// Pushes sent under a view older than this store's are kept until `resend_retained`
+    /// has looked at them: their keys may have moved away from `server`, which then
+    /// reports nothing about them.
     void forget_durable(node_id server, clock_type clock) {
         std::lock_guard lock(mutex_);
+        const std::uint64_t now = placement_ ? placement_->view->version : 0;
         std::erase_if(retained_, [&](const std::shared_ptr<resilient>& r) {
-            return r->server == server && r->message.header.clock < clock;
+            return r->server == server && r->message.header.clock < clock &&
+                   r->message.header.view >= now;
         });
     }
 
@@ -922,6 +928,14 @@ private:
     };
 
     division divide(const placement& where, const wire::message& m) const {
+        try {
+            return divide_keys(where, m);
+        } catch (const std::bad_alloc&) {
+            return {}; // fails like keys nobody holds
+        }
+    }
+
+    division divide_keys(const placement& where, const wire::message& m) const {
         division out;
         const auto& r = where.view->ring;
         const auto& h = m.header;

@@ -789,7 +789,8 @@ TEST_CASE("run: a server under mpirun given SIGTERM leaves gracefully, no update
     CHECK(manager_failures(*out) == 0);
 }
 
-TEST_CASE("run: a server cut off by the network is declared failed and writes nothing more",
+TEST_CASE("run: a server cut off by the network is declared failed, writes nothing more, and "
+          "rejoins as a new node",
           "[fault][netns]") {
     if (::geteuid() != 0 || std::system("command -v ip > /dev/null 2>&1") != 0) {
         WARN("netns test skipped: needs root and the ip command");
@@ -797,7 +798,8 @@ TEST_CASE("run: a server cut off by the network is declared failed and writes no
     }
     // Host a (namespace a) runs the manager, servers 1 and 3 and both workers; host b
     // runs server 2. Cutting the link between them partitions server 2 away while the
-    // workers train; the link comes back later.
+    // workers train; the link comes back later, the cut-off process stops, and a new
+    // server process on host b joins the running job as a new node.
     const two_hosts hosts("cd", 232);
     const std::string failed = hosts.make();
     INFO("failed: " << failed);
@@ -818,7 +820,9 @@ TEST_CASE("run: a server cut off by the network is declared failed and writes no
                             {"PETREL_ROOT", net + "1:" + std::to_string(port)},
                             {"PETREL_BIND", "0.0.0.0"},
                             {"PETREL_HEARTBEAT_TIMEOUT", "1500"},
-                            {"PETREL_TEST_CLOCKS", "120"}},
+                            {"PETREL_MAX_SERVERS", "3"},
+                            {"PETREL_TEST_LOG_INFO", "1"},
+                            {"PETREL_TEST_CLOCKS", "200"}},
                            prefixes, port);
     std::this_thread::sleep_for(2500ms); // the job forms and the workers train
     for (auto& p : procs) {
@@ -827,6 +831,28 @@ TEST_CASE("run: a server cut off by the network is declared failed and writes no
     REQUIRE(std::system(("ip -n " + a + " link set " + link_a + " down").c_str()) == 0);
     std::this_thread::sleep_for(3500ms); // past the heartbeat timeout: declared failed
     REQUIRE(std::system(("ip -n " + a + " link set " + link_a + " up").c_str()) == 0);
+    // The cut-off process stops on its own; a new one takes its place on host b.
+    REQUIRE(procs[1]->wait_for(30s));
+    REQUIRE_FALSE(procs[3]->wait_for(0ms)); // the workers still train
+    std::vector<std::string> argv{"ip",
+                                  "netns",
+                                  "exec",
+                                  b,
+                                  "env",
+                                  "PETREL_ADVERTISE=" + net + "2",
+                                  petrel::test::self_path(),
+                                  "[spmd_failover]"};
+    procs.push_back(std::make_unique<petrel::test::child_process>(
+        argv,
+        std::map<std::string, std::string>{{"PETREL_ROOT", net + "1:" + std::to_string(port)},
+                                           {"PETREL_BIND", "0.0.0.0"},
+                                           {"PETREL_SERVERS", "3"},
+                                           {"PETREL_WORKERS", "2"},
+                                           {"PETREL_JOB_ID", "test-" + std::to_string(::getpid())},
+                                           {"PETREL_HEARTBEAT_TIMEOUT", "1500"},
+                                           {"PETREL_JOIN", "server"},
+                                           {"PETREL_TEST_LOG_INFO", "1"}},
+        "/tmp/petrel-test-" + std::to_string(::getpid()) + "-rejoin.log"));
     for (auto& p : procs) {
         REQUIRE(p->wait_for(120s)); // no hang, the cut-off server included
     }
@@ -844,6 +870,12 @@ TEST_CASE("run: a server cut off by the network is declared failed and writes no
     CHECK_THAT(procs[1]->output(), Catch::Contains("stopped answering heartbeats") ||
                                        Catch::Contains("declared failed"));
     CHECK_THAT(procs[3]->output(), Catch::Contains("took over its keys"));
+    // The new server joined as a new node (id 6) and took its share over.
+    INFO("rejoined:\n" << procs[5]->output());
+    CHECK(procs[5]->exit_code() == 0);
+    CHECK_THAT(procs[5]->output(), Catch::Contains("server 6 joined the running job and took "
+                                                   "over its share of the keys"));
+    CHECK_THAT(procs[0]->output(), Catch::Contains("took over its share of the key partitions"));
 }
 
 // ---------------------------------------------------------------------------------------

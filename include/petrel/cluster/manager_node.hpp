@@ -649,6 +649,24 @@ private:
                     report(log_level::error, std::string("servers cannot join: ") + e.what());
                 }
             }
+            if (!next.empty()) {
+                // More servers than partitions: a joiner given none never reports ready;
+                // it takes no part in the plan (and gives up on its own).
+                std::erase_if(entering, [&](node_id id) {
+                    for (std::uint32_t p = 0; p < next.options().partitions; ++p) {
+                        if (next.owners(p)[0] == id) {
+                            return false;
+                        }
+                    }
+                    report(log_level::warning, v.find(id)->describe() +
+                                                   " gets no key partitions: the ring has too "
+                                                   "few for every server");
+                    return true;
+                });
+                if (entering.empty()) {
+                    next = ring{};
+                }
+            }
             if (!(next == v.next_ring)) {
                 v.next_ring = std::move(next);
                 planned_at = v.version;

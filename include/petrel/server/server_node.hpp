@@ -577,6 +577,13 @@ private:
         std::set<std::uint32_t> awaiting_handover;
         // A copy down this server's chain deferred until every hand-over has arrived.
         bool copy_after_handover = false;
+        // Inside `resume`, and whether a request it applied asked for another pass.
+        bool resuming = false;
+        bool resume_again = false;
+        // As a primary: the learners a copy or update could not be delivered to (the
+        // partitions are copied to them again before the hand-over), and hand-overs
+        // still to acknowledge, by learner, with the attempts left.
+        std::set<std::uint32_t> teach_failed;
         // Bytes of the requests in `held_back`.
         std::uint64_t held_back_bytes = 0;
         // Copies down this server's chain whose end the chain has not acknowledged yet,
@@ -739,25 +746,34 @@ private:
 
         /// Applies the held-back updates that the current plan covers, in arrival order.
         void resume(outbox& out) {
-            auto list = std::move(held_back);
-            held_back.clear();
-            held_back_bytes = 0;
-            std::vector<const connection*> blocked;
-            for (auto& w : list) {
-                const bool after_blocked =
-                    std::find(blocked.begin(), blocked.end(), w.conn.get()) != blocked.end();
-                if (after_blocked || waits(w.request.header)) {
-                    blocked.push_back(w.conn.get());
-                    held_back_bytes += bytes_of(w.request);
-                    held_back.push_back(std::move(w));
-                    continue;
-                }
-                if (w.request.header.kind != wire::message_kind::push) {
-                    on_read(w.conn, std::move(w.request), out);
-                } else {
-                    on_push(w.conn, std::move(w.request), out);
-                }
+            if (resuming) {
+                resume_again = true; // a request applied below unblocked others: once more
+                return;
             }
+            resuming = true;
+            do {
+                resume_again = false;
+                auto list = std::move(held_back);
+                held_back.clear();
+                held_back_bytes = 0;
+                std::vector<const connection*> blocked;
+                for (auto& w : list) {
+                    const bool after_blocked =
+                        std::find(blocked.begin(), blocked.end(), w.conn.get()) != blocked.end();
+                    if (after_blocked || waits(w.request.header)) {
+                        blocked.push_back(w.conn.get());
+                        held_back_bytes += bytes_of(w.request);
+                        held_back.push_back(std::move(w));
+                        continue;
+                    }
+                    if (w.request.header.kind != wire::message_kind::push) {
+                        on_read(w.conn, std::move(w.request), out);
+                    } else {
+                        on_push(w.conn, std::move(w.request), out);
+                    }
+                }
+            } while (resume_again);
+            resuming = false;
         }
 
         /// A connection closed: the reads it parked need no answer. Its held pushes were
@@ -999,26 +1015,20 @@ private:
                 }
             }
             // The hand-over: partitions taught to a learner that is now their primary.
-            for (auto& [to, parts] : teaching) {
+            for (const auto& [learner, parts] : teaching) {
+                const auto to = learner; // captured below (a structured binding cannot be)
                 const bool now_its =
                     !parts.empty() && std::all_of(parts.begin(), parts.end(), [&](std::uint32_t p) {
                         return p < plan.primaries.size() && plan.primaries[p] == to;
                     });
-                const auto* peer = peer_of(to);
-                if (!now_its || !peer) {
+                if (!now_its || !peer_of(to)) {
                     continue;
                 }
-                wire::message end;
-                end.header.kind = wire::message_kind::push;
-                end.header.flags = wire::flag_transfer | wire::flag_finish;
-                end.header.worker = wire::no_worker;
-                forward(*peer, self, std::move(end), [log = log, self, to](std::error_code ec) {
-                    if (ec && log) {
-                        log(log_level::error,
-                            "petrel server " + std::to_string(self) + ": the hand-over to server " +
-                                std::to_string(to) + " failed (" + ec.message() + ")");
-                    }
-                });
+                if (teach_failed.erase(to) != 0) {
+                    // Something it was sent did not arrive: the rows again, as they are now.
+                    copy_moving(to, parts, 0, 0);
+                }
+                hand_over(to, handover_attempts);
                 if (log) {
                     log(log_level::info, "petrel server " + std::to_string(self) + ": handed " +
                                              std::to_string(parts.size()) +
@@ -1029,33 +1039,11 @@ private:
             auto now = moving_from(plan, self);
             for (const auto& [to, parts] : now) {
                 const auto was = teaching.find(to);
-                const auto* peer = peer_of(to);
-                if ((was != teaching.end() && was->second == parts) || !peer) {
+                if ((was != teaching.end() && was->second == parts) || !peer_of(to)) {
                     continue;
                 }
-                std::set<std::uint32_t> moving(parts.begin(), parts.end());
-                for (auto& [id, s] : tables) {
-                    if (!s.table) {
-                        continue;
-                    }
-                    try {
-                        transfer(id, s, *peer,
-                                 [&](std::uint32_t p) { return moving.count(p) != 0; });
-                    } catch (const std::bad_alloc&) {
-                        if (log) {
-                            log(log_level::error, "petrel server " + std::to_string(self) +
-                                                      ": no memory to copy table " +
-                                                      std::to_string(id) + " to joining server " +
-                                                      std::to_string(to));
-                        }
-                    }
-                }
-                wire::message end;
-                end.header.kind = wire::message_kind::push;
-                end.header.flags = wire::flag_transfer;
-                end.header.worker = wire::no_worker;
-                end.header.clock = plan.version; // the plan this copy was made for
-                forward(*peer, self, std::move(end), {});
+                teach_failed.erase(to);
+                copy_moving(to, parts, plan.version, copy_attempts);
             }
             teaching = std::move(now);
             // Learning: the primaries that teach this server under this plan.
@@ -1087,6 +1075,100 @@ private:
             learning = std::move(learn);
         }
 
+        static constexpr int copy_attempts = 3;
+        static constexpr int handover_attempts = 5;
+
+        /// A completion for something sent to learner `to`: a failure marks it, so that
+        /// its partitions are copied again before the hand-over.
+        std::function<void(std::error_code)> taught(std::uint32_t to) {
+            return [weak = self, to](std::error_code ec) {
+                if (auto st = ec ? weak.lock() : nullptr) {
+                    std::lock_guard lock(st->mutex);
+                    st->teach_failed.insert(to);
+                }
+            };
+        }
+
+        /// Copies the rows of partitions `parts` to learner `to`, then (for a plan's copy,
+        /// `plan_version` not 0) the end of the copy, sent again up to `attempts` times
+        /// while `to` still learns the same partitions.
+        void copy_moving(std::uint32_t to, const std::vector<std::uint32_t>& parts,
+                         std::uint64_t plan_version, int attempts) {
+            const auto* peer = peer_of(to);
+            if (!peer) {
+                return;
+            }
+            const auto self_id = opts.node_id;
+            std::set<std::uint32_t> moving(parts.begin(), parts.end());
+            for (auto& [id, s] : tables) {
+                if (!s.table) {
+                    continue;
+                }
+                try {
+                    transfer(
+                        id, s, *peer, [&](std::uint32_t p) { return moving.count(p) != 0; },
+                        taught(to));
+                } catch (const std::bad_alloc&) {
+                    teach_failed.insert(to);
+                    if (log) {
+                        log(log_level::error, "petrel server " + std::to_string(self_id) +
+                                                  ": no memory to copy table " +
+                                                  std::to_string(id) + " to joining server " +
+                                                  std::to_string(to));
+                    }
+                }
+            }
+            if (plan_version == 0) {
+                return;
+            }
+            wire::message end;
+            end.header.kind = wire::message_kind::push;
+            end.header.flags = wire::flag_transfer;
+            end.header.worker = wire::no_worker;
+            end.header.clock = plan_version; // the plan this copy was made for
+            forward(*peer, self_id, std::move(end),
+                    [weak = self, to, parts, plan_version, attempts](std::error_code ec) {
+                        auto st = ec ? weak.lock() : nullptr;
+                        if (!st) {
+                            return;
+                        }
+                        std::lock_guard lock(st->mutex);
+                        const auto it = st->teaching.find(to);
+                        if (attempts > 0 && it != st->teaching.end() && it->second == parts) {
+                            st->copy_moving(to, parts, plan_version, attempts - 1);
+                        }
+                    });
+        }
+
+        /// Tells learner `to` that this server sent its last update of the partitions it
+        /// taught it (sent again up to `attempts` times while `to` is in the plan).
+        void hand_over(std::uint32_t to, int attempts) {
+            const auto* peer = peer_of(to);
+            if (!peer) {
+                return;
+            }
+            wire::message end;
+            end.header.kind = wire::message_kind::push;
+            end.header.flags = wire::flag_transfer | wire::flag_finish;
+            end.header.worker = wire::no_worker;
+            forward(*peer, opts.node_id, std::move(end),
+                    [weak = self, to, attempts](std::error_code ec) {
+                        auto st = ec ? weak.lock() : nullptr;
+                        if (!st) {
+                            return;
+                        }
+                        std::lock_guard lock(st->mutex);
+                        if (attempts > 0) {
+                            st->hand_over(to, attempts - 1);
+                        } else if (st->log) {
+                            st->log(log_level::error,
+                                    "petrel server " + std::to_string(st->opts.node_id) +
+                                        ": the hand-over to server " + std::to_string(to) +
+                                        " failed (" + ec.message() + ")");
+                        }
+                    });
+        }
+
         /// Drops from the held pushes of `s` the keys this server is no longer the primary
         /// of (a push left without keys goes).
         void trim_held(table_slot& s) {
@@ -1104,7 +1186,12 @@ private:
                         return p < plan.primaries.size() && plan.primaries[p] == opts.node_id;
                     });
                 } catch (const std::bad_alloc&) {
-                    continue; // its workers resend it all to the new owners
+                    // Kept whole (its moved keys are applied here too, to rows nobody
+                    // reads, and resent by its workers to the new owner).
+                    s.held_bytes += bytes_of(w.request);
+                    const auto h = w.request.header;
+                    s.gate.hold(h.worker, h.clock, range_of(h), std::move(w));
+                    continue;
                 }
                 if (part.header.key_count == 0) {
                     continue;
@@ -1289,7 +1376,7 @@ private:
             if (!replica && !ordered && !teaching.empty()) {
                 for (const auto& [to, parts] : teaching) {
                     try {
-                        teach_update(to, m, {});
+                        teach_update(to, m, taught(to));
                     } catch (const std::bad_alloc&) {
                         if (log) {
                             log(log_level::error,
@@ -1407,8 +1494,11 @@ private:
         /// that workers keep their ordered pushes until then (and resend them elsewhere if
         /// this server fails first).
         std::uint64_t durable(const table_slot& s) const {
-            if (!holds_keys) {
-                return 0; // handed its keys over: nothing applied here lasts
+            if (!holds_keys || !awaiting_handover.empty()) {
+                // Handed its keys over (nothing applied here lasts), or taking keys over
+                // whose last updates are still on their way (what it holds back is not
+                // applied yet).
+                return 0;
             }
             const auto done = s.gate.completed(clock_gate<waiting>::all());
             // Clocks resent late (applied after later ones) make the queue unordered.
@@ -1674,6 +1764,10 @@ private:
         /// update on the same links, so that each replica again holds what the primary
         /// holds.
         void rereplicate(const replication_plan& old, bool force = false) {
+            if (copy_after_handover && awaiting_handover.empty()) {
+                copy_after_handover = false; // the teachers left without a hand-over
+                force = true;
+            }
             const auto self = opts.node_id;
             auto it = plan.chains.find(self);
             if (it == plan.chains.end() || it->second.size() < 2 || !plan.partition_of) {
@@ -1789,7 +1883,7 @@ private:
         /// Sends the rows of table `id` in the partitions `send(partition)` accepts.
         template <typename Send>
         void transfer(std::uint32_t id, table_slot& s, const replication_plan::peer& next,
-                      Send send) {
+                      Send send, const std::function<void(std::error_code)>& done = {}) {
             const auto self = opts.node_id;
             const shard_table all = s.table->dump(id);
             const std::uint64_t applied = s.gate.completed(clock_gate<waiting>::all());
@@ -1843,7 +1937,7 @@ private:
                 m.header.clock = applied; // every clock below it is in these rows
                 m.set_segment(wire::keys_segment, shared_bytes::copy_of(keys));
                 m.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
-                forward(next, self, std::move(m), {});
+                forward(next, self, std::move(m), done);
                 sent += n;
             }
             if (log && sent > 0) {
@@ -1888,7 +1982,8 @@ private:
             // not answer does not join).
             for (const auto& [to, parts] : teaching) {
                 s.unacked.push_back(clock);
-                auto acked = [weak = self, table, clock](std::error_code) {
+                auto acked = [weak = self, table, clock, failed = taught(to)](std::error_code ec) {
+                    failed(ec);
                     acknowledge(weak, table, clock);
                 };
                 try {
