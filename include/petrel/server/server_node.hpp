@@ -592,16 +592,32 @@ private:
         bool copy_failed = false;
         // The plan version a replica refused as outdated: no writes until a newer one.
         std::optional<std::uint64_t> outdated;
-        // The update ids of the pushes applied or held here, newest last (a window).
+        // The update ids of the pushes applied or held here, newest last (a window), each
+        // with the primary whose rows it changed: the pieces of one push split over
+        // several servers share its id, and one may reach a server as a replica update
+        // of another piece's server.
         std::unordered_set<std::uint64_t> applied_ids;
         std::deque<std::uint64_t> applied_order;
         static constexpr std::size_t max_remembered = std::size_t{1} << 18;
 
-        bool applied_before(std::uint64_t id) const {
-            return id != 0 && applied_ids.count(id) != 0;
+        static std::uint64_t update_key(std::uint64_t id, std::uint32_t primary) noexcept {
+            return id ^ ((std::uint64_t{primary} + 1) * 0x9e3779b97f4a7c15ULL);
         }
-        void remember(std::uint64_t id) {
-            if (id == 0 || !applied_ids.insert(id).second) {
+        bool applied_before(std::uint64_t id, std::uint32_t primary) const {
+            return id != 0 && applied_ids.count(update_key(id, primary)) != 0;
+        }
+        /// The primary whose rows push `h` changes: this server for a worker's push or an
+        /// update it learns as a joining server, else the replica update's primary.
+        std::uint32_t primary_of_update(const wire::message_header& h) const {
+            const bool replica = (h.flags & wire::flag_replica) != 0;
+            return replica && !learns_from(h.receiver) ? h.receiver : opts.node_id;
+        }
+        void remember(std::uint64_t id, std::uint32_t primary) {
+            if (id == 0) {
+                return;
+            }
+            id = update_key(id, primary);
+            if (!applied_ids.insert(id).second) {
                 return;
             }
             applied_order.push_back(id);
@@ -1350,7 +1366,7 @@ private:
                 out.emplace_back(c, refusal(h, wire::message_kind::push_reply, ec));
                 return;
             }
-            remember(h.update_id);
+            remember(h.update_id, primary_of_update(h));
             if (ordered) {
                 s->held_bytes += bytes_of(m);
                 // Acknowledged now: the held push needs no connection any more.
@@ -1601,14 +1617,18 @@ private:
             t.state.resize(kept * state);
         }
 
-        /// Whether push `h` was applied here before: its update id was seen, or it is an
-        /// ordered push resent from failed server `h.receiver` whose clock this server
+        /// Whether push `h` was applied here before: its update id was seen for the same
+        /// primary (for a resent push also as an update of its old server `h.receiver`),
+        /// or it is an ordered push resent from server `h.receiver` whose clock this server
         /// already received combined from that server as its replica.
         bool duplicate(const table_slot& s, const wire::message_header& h) const {
-            if (applied_before(h.update_id)) {
+            const bool resent =
+                (h.flags & wire::flag_resent) != 0 && (h.flags & wire::flag_replica) == 0;
+            if (applied_before(h.update_id, primary_of_update(h)) ||
+                (resent && applied_before(h.update_id, h.receiver))) {
                 return true;
             }
-            if ((h.flags & wire::flag_resent) != 0 && (h.flags & wire::flag_ordered) != 0) {
+            if (resent && (h.flags & wire::flag_ordered) != 0) {
                 const auto it = s.replicated.find(h.receiver);
                 return it != s.replicated.end() && h.clock < it->second;
             }
