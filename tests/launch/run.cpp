@@ -528,6 +528,78 @@ TEST_CASE("run: a server process joins the running job and takes its share, no u
     CHECK_THAT(procs[0]->output(), !Catch::Contains("failed: "));
 }
 
+TEST_CASE("run: exact sums for every worker, also one that joins late", "[.][spmd_late_worker]") {
+    auto cfg = quick_heartbeats();
+    cfg.heartbeat_timeout = 5000ms;
+    std::atomic<std::size_t> bad{0};
+    const auto level =
+        std::getenv("PETREL_TEST_LOG_INFO") ? petrel::log_level::info : petrel::log_level::warning;
+    const int status = petrel::run(
+        cfg,
+        [&](petrel::worker_node& w) {
+            // Each worker pushes ones on its own keys: its sums are exact whenever it
+            // joined (a late worker takes the job's clock from its first pull).
+            petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 7});
+            std::vector<std::uint64_t> keys(2000);
+            for (std::size_t i = 0; i < keys.size(); ++i) {
+                keys[i] = std::uint64_t{w.rank()} * 100000 + i;
+            }
+            (void)kv.pull(keys, asio::use_future).get();
+            const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+            constexpr int clocks = 40;
+            for (int i = 0; i < clocks; ++i) {
+                kv.push(keys, ones, asio::use_future).get();
+                kv.clock();
+                std::this_thread::sleep_for(50ms);
+            }
+            const auto got = kv.pull(keys, asio::use_future).get();
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < keys.size(); ++i) {
+                wrong += got.values()(i) == float(clocks) ? 0 : 1;
+            }
+            if (wrong != 0) {
+                std::fprintf(stderr, "worker %u: %zu of %zu sums wrong (key 0: %g)\n", w.rank(),
+                             wrong, keys.size(), double(got.values()(0)));
+            }
+            std::fprintf(stderr, "worker %u trained %d clocks\n", w.rank(), clocks);
+            bad += wrong;
+        },
+        petrel::stderr_logger(level));
+    CHECK(status == petrel::run_ok);
+    CHECK(bad == 0);
+}
+
+TEST_CASE("run: a worker process joins the running job and trains with exact sums",
+          "[fault][process]") {
+    // Two servers and two workers train; a fifth process started with PETREL_JOIN=worker
+    // joins while they do, takes the next worker index and trains its own clocks.
+    const auto port = petrel::test::free_port();
+    const std::string job = "test-late-" + std::to_string(::getpid());
+    auto procs = start_job(
+        "[spmd_late_worker]", 4,
+        {{"PETREL_MAX_WORKERS", "3"}, {"PETREL_JOB_ID", job}, {"PETREL_TEST_LOG_INFO", "1"}}, {},
+        port);
+    std::this_thread::sleep_for(1000ms);
+    REQUIRE_FALSE(procs[3]->wait_for(0ms)); // still training
+    procs.push_back(std::make_unique<petrel::test::child_process>(
+        std::vector<std::string>{petrel::test::self_path(), "[spmd_late_worker]"},
+        std::map<std::string, std::string>{{"PETREL_ROOT", "127.0.0.1:" + std::to_string(port)},
+                                           {"PETREL_SERVERS", "2"},
+                                           {"PETREL_WORKERS", "2"},
+                                           {"PETREL_JOB_ID", job},
+                                           {"PETREL_JOIN", "worker"}},
+        "/tmp/petrel-test-" + std::to_string(::getpid()) + "-late.log"));
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(120s));
+    }
+    for (std::size_t r = 0; r < procs.size(); ++r) {
+        INFO("process " << r << ":\n" << procs[r]->output());
+        CHECK(procs[r]->exit_code() == 0);
+    }
+    CHECK_THAT(procs[4]->output(), Catch::Contains("worker 2 trained 40 clocks"));
+    CHECK_THAT(procs[0]->output(), Catch::Contains("joined the running job"));
+}
+
 TEST_CASE("run: a server without replicas given SIGTERM is refused and keeps serving",
           "[fault][process]") {
     // With no replicas server 2's keys have no other copy: it says why it cannot leave,
