@@ -336,6 +336,33 @@ TEST_CASE("run: a stopped server fails the job after the heartbeat timeout, nami
 
 // Integer-valued pushes over many clocks, slowly, so that a server can be killed in
 // between (the failover tests below); every worker then checks the exact sums.
+namespace {
+
+/// The log level of the job processes the tests start: the membership tests read the
+/// membership changes, which are logged as info (PETREL_TEST_LOG_INFO).
+petrel::log_level test_log_level() {
+    return std::getenv("PETREL_TEST_LOG_INFO") ? petrel::log_level::info
+                                               : petrel::log_level::warning;
+}
+
+/// Starts one process of case `spec` that joins the running job `job` at the root on
+/// loopback port `port` as a node of `role` (PETREL_JOIN), with the job's totals.
+std::unique_ptr<petrel::test::child_process>
+start_joiner(const std::string& spec, std::uint16_t port, const std::string& job,
+             const std::string& role, int servers, int workers) {
+    return std::make_unique<petrel::test::child_process>(
+        std::vector<std::string>{petrel::test::self_path(), spec},
+        std::map<std::string, std::string>{{"PETREL_ROOT", "127.0.0.1:" + std::to_string(port)},
+                                           {"PETREL_SERVERS", std::to_string(servers)},
+                                           {"PETREL_WORKERS", std::to_string(workers)},
+                                           {"PETREL_JOB_ID", job},
+                                           {"PETREL_JOIN", role},
+                                           {"PETREL_TEST_LOG_INFO", "1"}},
+        "/tmp/petrel-test-" + std::to_string(::getpid()) + "-join-" + role + ".log");
+}
+
+} // namespace
+
 TEST_CASE("run: exact sums through a server failure", "[.][spmd_failover]") {
     auto cfg = quick_heartbeats();
     // A killed process's connections close at once: the heartbeat timeout only needs to
@@ -355,9 +382,6 @@ TEST_CASE("run: exact sums through a server failure", "[.][spmd_failover]") {
     }
     const char* clocks_text = std::getenv("PETREL_TEST_CLOCKS");
     const int clocks = clocks_text ? std::atoi(clocks_text) : 40;
-    // The graceful-leave tests read the membership changes, which are logged as info.
-    const auto level =
-        std::getenv("PETREL_TEST_LOG_INFO") ? petrel::log_level::info : petrel::log_level::warning;
     const int status = petrel::run(
         cfg,
         [&](petrel::worker_node& w) {
@@ -386,7 +410,7 @@ TEST_CASE("run: exact sums through a server failure", "[.][spmd_failover]") {
             bad += wrong;
             checked += keys.size();
         },
-        petrel::stderr_logger(level));
+        petrel::stderr_logger(test_log_level()));
     CHECK(status == petrel::run_ok);
     CHECK(bad == 0);
 }
@@ -507,15 +531,7 @@ TEST_CASE("run: a server process joins the running job and takes its share, no u
                            {}, port);
     std::this_thread::sleep_for(1500ms);
     REQUIRE_FALSE(procs[3]->wait_for(0ms)); // still training
-    procs.push_back(std::make_unique<petrel::test::child_process>(
-        std::vector<std::string>{petrel::test::self_path(), "[spmd_failover]"},
-        std::map<std::string, std::string>{{"PETREL_ROOT", "127.0.0.1:" + std::to_string(port)},
-                                           {"PETREL_SERVERS", "3"},
-                                           {"PETREL_WORKERS", "2"},
-                                           {"PETREL_JOB_ID", job},
-                                           {"PETREL_JOIN", "server"},
-                                           {"PETREL_TEST_LOG_INFO", "1"}},
-        "/tmp/petrel-test-" + std::to_string(::getpid()) + "-join.log"));
+    procs.push_back(start_joiner("[spmd_failover]", port, job, "server", 3, 2));
     for (auto& p : procs) {
         REQUIRE(p->wait_for(120s)); // no hang
     }
@@ -532,8 +548,6 @@ TEST_CASE("run: exact sums for every worker, also one that joins late", "[.][spm
     auto cfg = quick_heartbeats();
     cfg.heartbeat_timeout = 5000ms;
     std::atomic<std::size_t> bad{0};
-    const auto level =
-        std::getenv("PETREL_TEST_LOG_INFO") ? petrel::log_level::info : petrel::log_level::warning;
     const int status = petrel::run(
         cfg,
         [&](petrel::worker_node& w) {
@@ -564,7 +578,7 @@ TEST_CASE("run: exact sums for every worker, also one that joins late", "[.][spm
             std::fprintf(stderr, "worker %u trained %d clocks\n", w.rank(), clocks);
             bad += wrong;
         },
-        petrel::stderr_logger(level));
+        petrel::stderr_logger(test_log_level()));
     CHECK(status == petrel::run_ok);
     CHECK(bad == 0);
 }
@@ -581,14 +595,7 @@ TEST_CASE("run: a worker process joins the running job and trains with exact sum
         port);
     std::this_thread::sleep_for(1000ms);
     REQUIRE_FALSE(procs[3]->wait_for(0ms)); // still training
-    procs.push_back(std::make_unique<petrel::test::child_process>(
-        std::vector<std::string>{petrel::test::self_path(), "[spmd_late_worker]"},
-        std::map<std::string, std::string>{{"PETREL_ROOT", "127.0.0.1:" + std::to_string(port)},
-                                           {"PETREL_SERVERS", "2"},
-                                           {"PETREL_WORKERS", "2"},
-                                           {"PETREL_JOB_ID", job},
-                                           {"PETREL_JOIN", "worker"}},
-        "/tmp/petrel-test-" + std::to_string(::getpid()) + "-late.log"));
+    procs.push_back(start_joiner("[spmd_late_worker]", port, job, "worker", 2, 2));
     for (auto& p : procs) {
         REQUIRE(p->wait_for(120s));
     }
