@@ -755,6 +755,8 @@ struct failover_job {
     io_threads io{4};
     petrel::test::log_capture logs;
     std::unique_ptr<petrel::manager_node> manager;
+    std::unique_ptr<petrel::manager_node> standby; // takes the job over if asked for
+    std::string standby_at;
     std::vector<std::unique_ptr<petrel::server_node>> servers;
     std::vector<std::shared_ptr<petrel::member>> members; // servers, then workers
     std::vector<std::unique_ptr<petrel::worker_node>> workers;
@@ -773,28 +775,41 @@ struct failover_job {
         o.address = std::move(address);
         o.heartbeat_interval = 100ms;
         o.heartbeat_timeout = 1000ms;
+        if (!standby_at.empty()) {
+            o.standby = {standby_at};
+        }
+        o.manager_grace = 20s;
         return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), t), o);
     }
 
     std::uint32_t worker_count = 0;
 
+    /// `n` servers, `w` workers, `replicas` copies besides each primary; nodes may join
+    /// up to the maxima; with `with_standby`, a standby manager waits beside the job.
     failover_job(std::uint32_t n, std::uint32_t w, std::uint32_t replicas,
-                 std::uint32_t max_workers = 0, std::uint32_t max_servers = 0)
+                 std::uint32_t max_workers = 0, std::uint32_t max_servers = 0,
+                 bool with_standby = false)
         : worker_count(w) {
         petrel::transport_options t;
         t.log = logs.logger();
-        manager = std::make_unique<petrel::manager_node>(
-            petrel::tcp_transport(io.executor(), t),
-            petrel::manager_options{
-                .job_id = "failover",
-                .servers = n,
-                .workers = w,
-                .max_workers = max_workers,
-                .max_servers = max_servers,
-                .ring = {.partitions = 64, .stripe_keys = 4, .replicas = replicas},
-                .heartbeat_timeout = 1000ms,
-                .startup_timeout = 20000ms});
+        petrel::manager_options mo{
+            .job_id = "failover",
+            .servers = n,
+            .workers = w,
+            .max_workers = max_workers,
+            .max_servers = max_servers,
+            .ring = {.partitions = 64, .stripe_keys = 4, .replicas = replicas},
+            .heartbeat_timeout = 1000ms,
+            .startup_timeout = 20000ms};
+        manager =
+            std::make_unique<petrel::manager_node>(petrel::tcp_transport(io.executor(), t), mo);
         root = manager->listen("127.0.0.1:0");
+        if (with_standby) {
+            mo.take_over = true;
+            standby =
+                std::make_unique<petrel::manager_node>(petrel::tcp_transport(io.executor(), t), mo);
+            standby_at = standby->listen("127.0.0.1:0");
+        }
         for (std::uint32_t i = 0; i < n; ++i) {
             servers.push_back(std::make_unique<petrel::server_node>(
                 petrel::tcp_transport(io.executor(), t),
@@ -959,6 +974,40 @@ TEMPLATE_TEST_CASE("kv_store: training goes on through a server failure, every u
     CHECK(v->failures().empty()); // its keys live on: not a failure of the job
     CHECK_FALSE(v->ring.holds(job.members[1]->id()));
     CHECK_THAT(job.logs.all(), Catch::Contains("moved to their replicas"));
+}
+
+TEMPLATE_TEST_CASE("kv_store: a standby manager takes the job over when the manager dies with a "
+                   "server, every update once",
+                   "[fault]", petrel::sequential, petrel::eventual, (petrel::bounded_delay<1>)) {
+    failover_job job(3, 2, 1, 0, 0, true);
+    // The manager and server 2 die together (as when they shared a host): pushes and
+    // pulls go on with the live servers, the nodes register again with the standby,
+    // which declares server 2 failed and moves its keys to their replicas.
+    const auto wrong = train_through<TestType>(job, [&] {
+        job.manager->close();
+        job.kill(1);
+    });
+    if (wrong != 0) {
+        std::fprintf(stderr, "%s\n", job.logs.all().c_str());
+    }
+    CHECK(wrong == 0);
+    REQUIRE(job.standby->view());
+    const auto v = job.members[0]->view();
+    CHECK(v->find(0)->address == job.standby_at);
+    CHECK(v->find(job.members[1]->id())->state == petrel::node_state::failed);
+    CHECK_FALSE(v->ring.holds(job.members[1]->id()));
+    CHECK(v->failures().empty());
+    CHECK_THAT(job.logs.all(), Catch::Contains("took job 'failover' over"));
+    // Membership changes go on under it: the workers leave and the job ends well.
+    auto finished = job.standby->async_wait_finished(asio::use_future);
+    for (std::size_t i = 0; i < job.members.size(); ++i) {
+        if (i != 1) {
+            auto left = job.members[i]->async_leave(asio::use_future);
+            CHECK_NOTHROW(left.get());
+        }
+    }
+    REQUIRE(finished.wait_for(20s) == std::future_status::ready);
+    CHECK_NOTHROW(finished.get()); // the failed server's keys lived on
 }
 
 TEMPLATE_TEST_CASE("kv_store: a server joins during training, every update once", "[fault]",

@@ -335,3 +335,191 @@ TEST_CASE("manager_node: a node that registers again replaces its earlier regist
     CHECK(w->id() == 2);
     t.close();
 }
+
+namespace {
+
+/// The registration again of node `id` of job "job-a" (a worker of rank `rank`), holding
+/// view `v`, as a member that lost its manager sends it.
+petrel::wire::message worker_return(petrel::node_id id, std::uint32_t rank,
+                                    const petrel::membership_view& v) {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::join;
+    b.job_id = "job-a";
+    b.role = petrel::node_role::worker;
+    b.rank = rank;
+    b.id = id;
+    b.version = v.version;
+    b.view = v;
+    return petrel::detail::make_control(b);
+}
+
+/// Waits until `ev` holds `n` messages; returns the status of the last.
+std::uint32_t status_of_message(petrel::test::events& ev, std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + petrel::test::timeout;
+    while (ev.message_count() < n && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    REQUIRE(ev.message_count() == n);
+    std::lock_guard lock(ev.mutex);
+    CHECK(ev.messages[n - 1].header.kind == petrel::wire::message_kind::control_reply);
+    return ev.messages[n - 1].header.status;
+}
+
+} // namespace
+
+TEST_CASE("manager_node: a manager that loses its job takes over the running job again",
+          "[cluster][manager][fault]") {
+    log_capture logs;
+    io_threads io{2};
+    auto quiet = [&] {
+        petrel::transport_options o;
+        o.log = logs.logger();
+        return o;
+    };
+    const petrel::manager_options opts{.job_id = "job-a",
+                                       .servers = 2,
+                                       .workers = 2,
+                                       .ring = {.partitions = 64, .replicas = 1},
+                                       .heartbeat_timeout = 600ms,
+                                       .startup_timeout = 10000ms};
+    auto first =
+        std::make_unique<petrel::manager_node>(petrel::tcp_transport(io.executor(), quiet()), opts);
+    const auto root = first->listen("127.0.0.1:0");
+    auto next_opts = opts;
+    next_opts.take_over = true;
+    std::unique_ptr<petrel::manager_node> next;
+    std::string next_address;
+    const bool standby = GENERATE(true, false);
+    INFO((standby ? "a standby at its own address" : "a manager restarted at the root"));
+    if (standby) {
+        next = std::make_unique<petrel::manager_node>(petrel::tcp_transport(io.executor(), quiet()),
+                                                      next_opts);
+        next_address = next->listen("127.0.0.1:0");
+        CHECK_FALSE(next->view()); // it waits: nobody lost the manager
+    }
+    std::vector<std::shared_ptr<petrel::member>> m;
+    for (std::uint32_t r = 0; r < 4; ++r) {
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = "job-a";
+        o.role = r < 2 ? petrel::node_role::server : petrel::node_role::worker;
+        o.rank = r;
+        o.address = r < 2 ? "127.0.0.1:" + std::to_string(20000 + r) : std::string{};
+        o.heartbeat_interval = 50ms;
+        o.heartbeat_timeout = 600ms;
+        o.startup_timeout = 5000ms;
+        o.manager_grace = 10000ms;
+        if (standby) {
+            o.standby = {next_address};
+        }
+        m.push_back(
+            std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), quiet()), o));
+    }
+    join_all(m);
+    const auto before = m[2]->view();
+    const auto secret = m[0]->server_secret();
+    REQUIRE(secret != 0);
+
+    // A worker waits at a barrier when the manager is lost: its wait carries on.
+    auto waiting = m[2]->async_barrier(petrel::group::all, asio::use_future);
+    CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
+    first->close();
+    CHECK(waiting.wait_for(800ms) == std::future_status::timeout);
+    if (!standby) {
+        next = std::make_unique<petrel::manager_node>(petrel::tcp_transport(io.executor(), quiet()),
+                                                      next_opts);
+        CHECK(next->listen(root) == root);
+        next_address = root;
+    }
+    // Every node comes back with its id; the barrier completes at the new manager.
+    std::vector<std::future<void>> rest;
+    for (std::size_t i : {0, 1, 3}) {
+        rest.push_back(m[i]->async_barrier(petrel::group::all, asio::use_future));
+    }
+    CHECK_FALSE(code_of(waiting));
+    for (auto& f : rest) {
+        CHECK_FALSE(code_of(f));
+    }
+    REQUIRE(next->view());
+    CHECK(next->view()->version > before->version);
+    CHECK(next->view()->find(0)->address == next_address);
+    for (std::size_t i = 0; i < m.size(); ++i) {
+        CHECK(m[i]->id() == before->nodes[i + 1].id);
+        CHECK(m[i]->view()->version >= next->view()->version);
+        CHECK(m[i]->failure().empty());
+    }
+    CHECK(m[1]->server_secret() == secret);
+    CHECK_THAT(logs.all(), Catch::Contains("took job 'job-a' over"));
+
+    // Membership changes work again: a server lost now is declared failed there, and its
+    // keys move to their replicas.
+    m[0]->close();
+    const auto deadline = std::chrono::steady_clock::now() + petrel::test::timeout;
+    while (m[2]->view()->find(1)->state != petrel::node_state::failed &&
+           std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    CHECK(m[2]->view()->find(1)->state == petrel::node_state::failed);
+    CHECK_FALSE(m[2]->view()->ring.holds(1));
+    auto finished = next->async_wait_finished(asio::use_future);
+    for (std::size_t i = 1; i < m.size(); ++i) {
+        auto left = m[i]->async_leave(asio::use_future);
+        CHECK_FALSE(code_of(left));
+    }
+    CHECK_FALSE(code_of(finished)); // the failed server's keys lived on
+    next->close();
+}
+
+TEST_CASE("manager_node: nodes that do not come back to a manager that takes over fail; "
+          "without a majority it takes nothing over",
+          "[cluster][manager][fault]") {
+    petrel::test::events ev; // outlives the io threads of the job
+    job j(1, 2);
+    auto [s, w0, w1] = j.server_and_two_workers();
+    const auto v = *w0->view();
+    petrel::manager_node next(petrel::tcp_transport(j.io.executor(), j.quiet()),
+                              {.job_id = "job-a",
+                               .servers = 1,
+                               .workers = 2,
+                               .ring = {.partitions = 64},
+                               .heartbeat_timeout = 200ms,
+                               .take_over = true});
+    const auto at = next.listen("127.0.0.1:0");
+    auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
+    std::promise<petrel::connection_ptr> connected;
+    t.async_connect(at, ev.handlers(),
+                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
+    auto conn = connected.get_future().get();
+    REQUIRE(conn);
+
+    // One node of three comes back (its manager is alive for the others): sent away.
+    const auto start = std::chrono::steady_clock::now();
+    conn->send(worker_return(3, 2, v));
+    CHECK(status_of_message(ev, 1) == static_cast<std::uint32_t>(petrel::errc::timed_out));
+    CHECK(std::chrono::steady_clock::now() - start >= 800ms);
+    CHECK_FALSE(next.view());
+    CHECK_THAT(j.logs.all(), Catch::Contains("its manager may still be alive"));
+
+    // A registration that does not name its node in its view is refused.
+    auto stranger = v;
+    stranger.nodes.pop_back();
+    conn->send(worker_return(3, 2, stranger));
+    CHECK(status_of_message(ev, 2) == static_cast<std::uint32_t>(petrel::errc::invalid_argument));
+
+    // The job's own manager tells a node it declared failed that it may only join anew.
+    w1->close();
+    const auto deadline = std::chrono::steady_clock::now() + petrel::test::timeout;
+    while (w0->view()->find(3)->state != petrel::node_state::failed &&
+           std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    std::promise<petrel::connection_ptr> to_root;
+    t.async_connect(j.root, ev.handlers(),
+                    [&](std::error_code, petrel::connection_ptr c) { to_root.set_value(c); });
+    auto root_conn = to_root.get_future().get();
+    REQUIRE(root_conn);
+    root_conn->send(worker_return(3, 2, v));
+    CHECK(status_of_message(ev, 3) == static_cast<std::uint32_t>(petrel::errc::node_failed));
+    t.close();
+    next.close();
+}

@@ -7,6 +7,7 @@
 #include <petrel/cluster/manager_node.hpp>
 #include <petrel/transport/tcp_transport.hpp>
 
+#include <asio/post.hpp>
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
@@ -85,7 +86,9 @@ TEST_CASE("member: a lost manager ends every wait with an error", "[cluster][mem
         petrel::tcp_transport(io.executor(), t),
         petrel::manager_options{.job_id = "job-m", .servers = 1, .workers = 1});
     const auto root = manager->listen("127.0.0.1:0");
-    petrel::member w(petrel::tcp_transport(io.executor(), t), worker_at(root));
+    auto o = worker_at(root);
+    o.manager_grace = 0ms; // no looking for another manager
+    petrel::member w(petrel::tcp_transport(io.executor(), t), o);
     petrel::member s(petrel::tcp_transport(io.executor(), t), worker_at(root, true));
     auto fw = w.async_join(asio::use_future);
     auto fs = s.async_join(asio::use_future);
@@ -108,6 +111,99 @@ TEST_CASE("member: a lost manager ends every wait with an error", "[cluster][mem
     CHECK(code_of(later) == petrel::errc::manager_unreachable);
 }
 
+TEST_CASE("member: a node that lost its manager looks for one for the grace time, then every "
+          "wait ends",
+          "[cluster][member]") {
+    log_capture logs;
+    io_threads io{2};
+    petrel::transport_options t;
+    t.log = logs.logger();
+    auto manager = std::make_unique<petrel::manager_node>(
+        petrel::tcp_transport(io.executor(), t),
+        petrel::manager_options{.job_id = "job-m", .servers = 1, .workers = 1});
+    const auto root = manager->listen("127.0.0.1:0");
+    auto o = worker_at(root);
+    o.manager_grace = 1500ms;
+    o.standby = {"127.0.0.1:" + std::to_string(free_port())}; // nobody there either
+    petrel::member w(petrel::tcp_transport(io.executor(), t), o);
+    petrel::member s(petrel::tcp_transport(io.executor(), t), worker_at(root, true));
+    auto fw = w.async_join(asio::use_future);
+    auto fs = s.async_join(asio::use_future);
+    REQUIRE_FALSE(code_of(fw));
+    REQUIRE_FALSE(code_of(fs));
+    auto waiting = w.async_barrier(petrel::group::all, asio::use_future);
+    CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
+    const auto lost_at = std::chrono::steady_clock::now();
+    manager->close();
+    // The wait, and a later call, are kept for a manager that takes the job over...
+    CHECK(waiting.wait_for(700ms) == std::future_status::timeout);
+    auto later = w.async_barrier(petrel::group::all, asio::use_future);
+    CHECK(later.wait_for(100ms) == std::future_status::timeout);
+    CHECK(w.view()); // the view stays: pushes and pulls go on
+    CHECK(w.id() == 2);
+    // ... and end when none came within the grace time.
+    CHECK(code_of(waiting) == petrel::errc::manager_unreachable);
+    CHECK(code_of(later) == petrel::errc::manager_unreachable);
+    CHECK(std::chrono::steady_clock::now() - lost_at >= 1500ms);
+    CHECK_THAT(w.failure(), Catch::Contains("no manager took job 'job-m' over"));
+    CHECK_THAT(logs.all(), Catch::Contains("looks for a manager"));
+    auto after = w.async_barrier(petrel::group::all, asio::use_future);
+    CHECK(code_of(after) == petrel::errc::manager_unreachable);
+}
+
+TEST_CASE("member: calls waiting at a manager that stopped answering go to the standby that "
+          "took over",
+          "[cluster][member][fault]") {
+    log_capture logs;
+    io_threads io{2};
+    io_threads frozen_io{1}; // the first manager's own thread, blocked below
+    petrel::transport_options t;
+    t.log = logs.logger();
+    petrel::manager_options mo{
+        .job_id = "job-m", .servers = 1, .workers = 1, .heartbeat_timeout = 400ms};
+    petrel::manager_node first(petrel::tcp_transport(frozen_io.executor(), t), mo);
+    const auto root = first.listen("127.0.0.1:0");
+    mo.take_over = true;
+    petrel::manager_node standby(petrel::tcp_transport(io.executor(), t), mo);
+    const auto standby_at = standby.listen("127.0.0.1:0");
+    auto wo = worker_at(root);
+    auto so = worker_at(root, true);
+    for (auto* o : {&wo, &so}) {
+        o->standby = {standby_at};
+        o->manager_grace = 10s;
+    }
+    petrel::member w(petrel::tcp_transport(io.executor(), t), wo);
+    petrel::member s(petrel::tcp_transport(io.executor(), t), so);
+    auto fw = w.async_join(asio::use_future);
+    auto fs = s.async_join(asio::use_future);
+    REQUIRE_FALSE(code_of(fw));
+    REQUIRE_FALSE(code_of(fs));
+    // The manager hangs (as a stopped process): its connections stay open.
+    std::promise<void> release;
+    auto released = release.get_future().share();
+    asio::post(frozen_io.executor(), [released] { released.wait(); });
+    auto wb = w.async_barrier(petrel::group::all, asio::use_future);
+    auto sb = s.async_barrier(petrel::group::all, asio::use_future);
+    CHECK(wb.wait_for(200ms) == std::future_status::timeout);
+    // The heartbeats time out; both come back at the standby, which takes over, and
+    // the barrier they were waiting at completes there.
+    CHECK_FALSE(code_of(wb));
+    CHECK_FALSE(code_of(sb));
+    REQUIRE(standby.view());
+    CHECK(w.view()->find(0)->address == standby_at);
+    CHECK(w.failure().empty());
+    CHECK(s.failure().empty());
+    release.set_value();
+    first.close();
+    // The standby runs the job now: leaving ends it.
+    auto finished = standby.async_wait_finished(asio::use_future);
+    auto lw = w.async_leave(asio::use_future);
+    auto ls = s.async_leave(asio::use_future);
+    CHECK_FALSE(code_of(lw));
+    CHECK_FALSE(code_of(ls));
+    CHECK_FALSE(code_of(finished));
+}
+
 TEST_CASE("member: bad options are refused at construction", "[cluster][member]") {
     io_threads io{1};
     auto o = worker_at("127.0.0.1:1", true);
@@ -115,5 +211,8 @@ TEST_CASE("member: bad options are refused at construction", "[cluster][member]"
     CHECK_THROWS_AS(petrel::member(petrel::tcp_transport(io.executor()), o), std::invalid_argument);
     o = worker_at("127.0.0.1:1");
     o.heartbeat_timeout = o.heartbeat_interval;
+    CHECK_THROWS_AS(petrel::member(petrel::tcp_transport(io.executor()), o), std::invalid_argument);
+    o = worker_at("127.0.0.1:1");
+    o.manager_grace = -1ms;
     CHECK_THROWS_AS(petrel::member(petrel::tcp_transport(io.executor()), o), std::invalid_argument);
 }

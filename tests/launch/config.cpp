@@ -347,6 +347,7 @@ TEST_CASE("config: bad values name the option, variable or field", "[launch]") {
         {"heartbeat-timeout", "1s"},
         {"startup-timeout", "0"},
         {"request-timeout", ""},
+        {"manager-grace", "0"},
     };
     for (const auto& [name, value] : bad) {
         // Roles are only accepted with a launcher.
@@ -724,9 +725,49 @@ TEST_CASE("config: a node that joins the running job, and how far the job may gr
     CHECK(w.workers_here == 1);
     CHECK(w.servers_here == 0);
     CHECK_THAT(resolve_error({}, {"--join", "server"}), Catch::Contains("needs its root"));
-    CHECK_THAT(resolve_error({}, {"--join", "manager", "--root", "h:9"}),
-               Catch::Contains("not a role that joins (expected server or worker)"));
+    CHECK_THAT(resolve_error({}, {"--join", "reader", "--root", "h:9"}),
+               Catch::Contains("not a role that joins (expected server, worker or manager)"));
+    // A manager restarted at the root hosts nothing else.
+    const auto m = resolve_with({}, {"--join", "manager", "--root", "127.0.0.1:7000"});
+    REQUIRE(m.join);
+    CHECK(*m.join == node_role::manager);
+    CHECK(m.roles == roles{node_role::manager});
+    CHECK(m.managers_here == 1);
+    CHECK(m.servers_here == 0);
+    CHECK(m.workers_here == 0);
     CHECK_THAT(petrel::usage("train"), Catch::Contains("PETREL_JOIN") &&
                                            Catch::Contains("PETREL_MAX_SERVERS") &&
                                            Catch::Contains("PETREL_MAX_WORKERS"));
+}
+
+TEST_CASE("config: a standby manager on rank 1, and how long nodes look for a manager",
+          "[launch]") {
+    const vars launched{{"PETREL_RANK", "1"},
+                        {"PETREL_SIZE", "4"},
+                        {"PETREL_ROOT", "h0:9000"},
+                        {"PETREL_ADVERTISE", "h1"}};
+    const auto plain = resolve_with({}, {}, launched);
+    CHECK(plain.standby.empty());
+    CHECK_FALSE(plain.standby_here);
+    CHECK(plain.manager_grace == std::chrono::milliseconds(30000));
+    const auto on1 =
+        resolve_with({}, {"--standby", "h1:9001", "--manager-grace", "5000"}, launched);
+    CHECK(on1.standby == "h1:9001");
+    CHECK(on1.standby_here);
+    CHECK(on1.manager_grace == std::chrono::milliseconds(5000));
+    auto rank2 = launched;
+    rank2["PETREL_RANK"] = "2";
+    rank2["PETREL_STANDBY"] = "h1:9001";
+    const auto on2 = resolve_with({}, {}, rank2);
+    CHECK(on2.standby == "h1:9001");
+    CHECK_FALSE(on2.standby_here);
+    CHECK_THAT(resolve_error({}, {"--standby", "h0:9000"}, launched),
+               Catch::Contains("elsewhere than the root"));
+    CHECK_THAT(resolve_error({}, {"--standby", "h1"}, launched), Catch::Contains("no port"));
+    CHECK_THAT(resolve_error({}, {"--standby", "h1:9001"}),
+               Catch::Contains("needs a launcher that starts 2 processes or more"));
+    CHECK_THAT(resolve_error({}, {"--manager-grace", "0"}, launched),
+               Catch::Contains("--manager-grace"));
+    CHECK_THAT(petrel::usage("train"),
+               Catch::Contains("PETREL_STANDBY") && Catch::Contains("PETREL_MANAGER_GRACE"));
 }

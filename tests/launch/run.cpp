@@ -1112,3 +1112,52 @@ TEST_CASE("run: train, checkpoint, stop, restore on more servers, continue: bitw
     INFO(log.all());
     CHECK(log.all().find(shard.string()) != std::string::npos);
 }
+
+TEST_CASE("run: a standby manager takes the job over when the manager's process is killed, no "
+          "update lost",
+          "[fault][process]") {
+    // Rank 0 hosts the manager and server 1, rank 1 server 2 and the standby manager,
+    // rank 2 server 3, ranks 3 and 4 the workers. Rank 0 is killed while they train:
+    // the nodes register again with the standby, which declares server 1 failed and
+    // moves its keys to their replicas; training completes with exact sums.
+    const auto standby = "127.0.0.1:" + std::to_string(petrel::test::free_port());
+    auto procs = kill_servers_during_training(
+        5, 3, {0}, {{"PETREL_STANDBY", standby}, {"PETREL_TEST_LOG_INFO", "1"}}, 1500ms, 0ms);
+    for (int r : {1, 2, 3, 4}) {
+        const auto& p = procs[static_cast<std::size_t>(r)];
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() == 0);
+    }
+    CHECK_THAT(procs[1]->output(),
+               Catch::Contains("took job") && Catch::Contains("moved to their replicas"));
+    CHECK_THAT(procs[3]->output(),
+               Catch::Contains("registered again with the manager at " + standby));
+}
+
+TEST_CASE("run: a manager restarted with --join manager takes the running job over",
+          "[fault][process]") {
+    // No standby: rank 0 (the manager and server 1) is killed, and a new manager process
+    // is started at the root. The nodes wait for it while they train, register again
+    // with it, and the job completes with exact sums.
+    const auto port = petrel::test::free_port();
+    const std::string job = "test-" + std::to_string(::getpid());
+    auto procs = start_job("[spmd_failover]", 5,
+                           {{"PETREL_SERVERS", "3"}, {"PETREL_TEST_LOG_INFO", "1"}}, {}, port);
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE_FALSE(procs[0]->wait_for(0ms)); // still training when killed
+    procs[0]->kill(SIGKILL);
+    std::this_thread::sleep_for(1000ms); // the nodes look for a manager meanwhile
+    auto manager = start_joiner("[spmd_failover]", port, job, "manager", 3, 2);
+    for (std::size_t r = 1; r < procs.size(); ++r) {
+        REQUIRE(procs[r]->wait_for(120s)); // no hang
+    }
+    REQUIRE(manager->wait_for(60s));
+    for (int r : {1, 2, 3, 4}) {
+        const auto& p = procs[static_cast<std::size_t>(r)];
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() == 0);
+    }
+    INFO("manager:\n" << manager->output());
+    CHECK(manager->exit_code() == 0);
+    CHECK_THAT(manager->output(), Catch::Contains("took job"));
+}

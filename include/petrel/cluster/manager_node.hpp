@@ -57,6 +57,17 @@ struct manager_options {
     std::chrono::milliseconds heartbeat_timeout{2000};
     /// Every node must have registered by then, or the job fails to start.
     std::chrono::milliseconds startup_timeout{30000};
+    /// This manager takes over a running job whose manager was lost, rather than form
+    /// one: a standby started beside the job, or a manager restarted at the root. Nodes
+    /// that lost their manager register again with it, each with its id and the view it
+    /// holds (`member_options::standby`, `member_options::manager_grace`). It takes the
+    /// newest of those views once every live node of it has come back, or
+    /// `heartbeat_timeout` after the first came with a majority of them (readers aside);
+    /// the others are declared failed, as on a missed heartbeat. Without a majority
+    /// within four heartbeat timeouts it sends them away: the job's manager may still be
+    /// alive. Block schedules start again from their first round; barriers, data sets and
+    /// joins are asked for again by the nodes.
+    bool take_over = false;
 };
 
 /// The manager of a job: nodes register with it at the root address; once every server
@@ -227,7 +238,7 @@ private:
         std::deque<round_assignment> history;
     };
 
-    enum class phase { idle, registering, running, finished };
+    enum class phase { idle, registering, standby, running, finished };
 
     struct state : std::enable_shared_from_this<state> {
         explicit state(const asio::any_io_executor& ex) : timer(ex) {}
@@ -255,6 +266,13 @@ private:
         std::map<const connection*, node_id> retired;
         std::array<barrier_state, 3> barriers;
         std::vector<joining> early_readers; // readers that came before the job formed
+        // Taking a job over: the nodes that came back with their views, the newest of
+        // those, when the first came, the servers' secret; joins of new nodes wait.
+        std::map<node_id, joining> returning;
+        std::shared_ptr<const membership_view> newest;
+        clock::time_point first_return{};
+        std::uint64_t returned_secret = 0;
+        std::vector<joining> held_joins;
         std::map<std::string, schedule_state> schedules;
         std::vector<std::function<void(std::error_code)>> waiters;
         std::error_code result;
@@ -287,7 +305,7 @@ private:
                 if (ph != phase::idle) {
                     return;
                 }
-                ph = phase::registering;
+                ph = opts.take_over ? phase::standby : phase::registering;
                 startup_deadline = clock::now() + opts.startup_timeout;
             }
             arm();
@@ -352,7 +370,7 @@ private:
                 }
                 switch (body->op) {
                 case control_op::join:
-                    on_join(c, m.header, std::move(*body), out);
+                    on_join(c, m.header, std::move(*body), out, done);
                     break;
                 case control_op::heartbeat:
                     on_heartbeat(c, m.header, out);
@@ -391,6 +409,8 @@ private:
                 std::lock_guard lock(mutex);
                 std::erase_if(joins, [&](const joining& j) { return j.conn == c; });
                 std::erase_if(early_readers, [&](const joining& j) { return j.conn == c; });
+                std::erase_if(held_joins, [&](const joining& j) { return j.conn == c; });
+                std::erase_if(returning, [&](const auto& r) { return r.second.conn == c; });
                 retired.erase(c.get());
                 auto it = by_conn.find(c.get());
                 if (it == by_conn.end() || ph == phase::finished) {
@@ -413,13 +433,22 @@ private:
         }
 
         void on_join(const connection_ptr& c, const wire::message_header& h, control_body b,
-                     std::vector<outgoing>& out) {
+                     std::vector<outgoing>& out,
+                     std::vector<std::function<void(std::error_code)>>& done) {
             if (b.job_id != opts.job_id) {
                 report(log_level::warning, c->remote_address() + " asked to join job '" + b.job_id +
                                                "'; this is job '" + opts.job_id + "': refused");
                 out.push_back({c, refusal(h, errc::job_mismatch,
                                           "the manager at " + address + " runs job '" +
                                               opts.job_id + "', not '" + b.job_id + "'")});
+                return;
+            }
+            if (b.id != no_node) {
+                on_return(c, h, std::move(b), out, done);
+                return;
+            }
+            if (ph == phase::standby) {
+                held_joins.push_back({c, h, std::move(b)}); // once the job is taken over
                 return;
             }
             if (b.role == node_role::manager ||
@@ -497,6 +526,210 @@ private:
                 joins.size() == std::size_t{opts.servers} + opts.workers) {
                 form_job(out);
             }
+        }
+
+        // ---- taking a job over ----------------------------------------------------------
+
+        /// A node that lost its manager registers again with its id and view: with a
+        /// manager taking the job over, it counts towards the takeover; with the job's
+        /// own manager, a node that is still live gets its registration moved to this
+        /// connection, and one declared failed is told so (it may rejoin as a new node).
+        void on_return(const connection_ptr& c, const wire::message_header& h, control_body b,
+                       std::vector<outgoing>& out,
+                       std::vector<std::function<void(std::error_code)>>& done) {
+            const membership_view* held = b.view ? &*b.view : nullptr;
+            const node_info* me = held ? held->find(b.id) : nullptr;
+            if (!held || held->job_id != opts.job_id || !me || me->role != b.role ||
+                me->role == node_role::manager ||
+                (b.role == node_role::server && (me->address != b.address || b.secret == 0))) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "a node registers again with its id and the view it "
+                                          "holds, which names it")});
+                return;
+            }
+            if (ph == phase::running) {
+                const node_info* n = view->find(b.id);
+                const bool live = n && n->state == node_state::alive && n->role == b.role &&
+                                  members.count(b.id) != 0 &&
+                                  (b.role != node_role::server || b.secret == secret);
+                if (!live) {
+                    out.push_back({c, refusal(h, errc::node_failed,
+                                              (n ? n->describe() : "node " + std::to_string(b.id)) +
+                                                  " is no live member of job '" + opts.job_id +
+                                                  "' any more: it may join again as a new node")});
+                    return;
+                }
+                auto& mem = members[b.id];
+                by_conn.erase(mem.conn.get());
+                mem = {c, clock::now()};
+                by_conn[c.get()] = b.id;
+                out.push_back({c, return_reply(h, b.id, b.role)});
+                return;
+            }
+            if (ph == phase::registering) {
+                out.push_back({c, refusal(h, errc::timed_out,
+                                          "the manager at " + address +
+                                              " forms a new job: it takes no running job over")});
+                return;
+            }
+            if (ph != phase::standby) {
+                out.push_back({c, refusal(h, errc::shut_down, "the job is over")});
+                return;
+            }
+            if (me->state != node_state::alive) {
+                out.push_back({c, refusal(h, errc::node_failed,
+                                          me->describe() + " is not live in its own view")});
+                return;
+            }
+            if (b.role == node_role::server) {
+                if (returned_secret != 0 && b.secret != returned_secret) {
+                    out.push_back({c, refusal(h, errc::invalid_argument,
+                                              "servers of job '" + opts.job_id +
+                                                  "' came back with different secrets")});
+                    return;
+                }
+                returned_secret = b.secret;
+            }
+            if (auto it = returning.find(b.id); it != returning.end()) {
+                out.push_back(
+                    {it->second.conn, refusal(it->second.request, errc::timed_out,
+                                              "replaced by a later registration of the node")});
+            }
+            if (returning.empty()) {
+                first_return = clock::now();
+            }
+            if (!newest || newest->version < held->version) {
+                newest = std::make_shared<const membership_view>(*held);
+            }
+            const node_id id = b.id;
+            returning[id] = {c, h, std::move(b)};
+            try_take_over(out, done);
+        }
+
+        wire::message return_reply(const wire::message_header& h, node_id id,
+                                   node_role role) const {
+            control_body r;
+            r.op = control_op::join;
+            r.id = id;
+            r.version = view->version;
+            r.view = *view;
+            if (role == node_role::server) {
+                r.secret = secret;
+            }
+            return detail::make_control(r, &h);
+        }
+
+        /// Takes the job over once every live node of the newest view came back, or a
+        /// heartbeat timeout after the first with a majority; gives up on those that came
+        /// after four without one.
+        void try_take_over(std::vector<outgoing>& out,
+                           std::vector<std::function<void(std::error_code)>>& done) {
+            if (ph != phase::standby || returning.empty() || !newest) {
+                return;
+            }
+            std::size_t voters = 0;
+            std::size_t back = 0;
+            bool all = true;
+            for (const auto& n : newest->nodes) {
+                if (n.role == node_role::manager || n.state != node_state::alive) {
+                    continue;
+                }
+                const bool here = returning.count(n.id) != 0;
+                all = all && here;
+                if (n.role != node_role::reader) {
+                    ++voters;
+                    back += here ? 1 : 0;
+                }
+            }
+            const auto since = clock::now() - first_return;
+            if (all || (since >= opts.heartbeat_timeout && 2 * back > voters)) {
+                take_over(out, done);
+                return;
+            }
+            if (since >= 4 * opts.heartbeat_timeout) {
+                const std::string why = "only " + std::to_string(back) + " of the " +
+                                        std::to_string(voters) + " live nodes of job '" +
+                                        opts.job_id + "' came here: its manager may still be alive";
+                report(log_level::warning, "did not take the job over: " + why);
+                for (const auto& [id, r] : returning) {
+                    out.push_back({r.conn, refusal(r.request, errc::timed_out, why)});
+                }
+                returning.clear();
+                newest.reset();
+                returned_secret = 0;
+            }
+        }
+
+        void take_over(std::vector<outgoing>& out,
+                       std::vector<std::function<void(std::error_code)>>& done) {
+            auto v = std::make_shared<membership_view>(*newest);
+            ++v->version;
+            for (auto& n : v->nodes) {
+                if (n.role == node_role::manager) {
+                    n.address = address;
+                    n.state = node_state::alive;
+                }
+            }
+            if (returned_secret != 0) {
+                secret = returned_secret;
+            }
+            view = v;
+            ph = phase::running;
+            const auto now = clock::now();
+            std::vector<node_id> absent;
+            std::size_t back = 0;
+            for (const auto& n : v->nodes) {
+                if (n.role == node_role::manager || n.state != node_state::alive) {
+                    continue;
+                }
+                auto it = returning.find(n.id);
+                if (it == returning.end()) {
+                    absent.push_back(n.id);
+                    continue;
+                }
+                members[n.id] = {it->second.conn, now};
+                by_conn[it->second.conn.get()] = n.id;
+                out.push_back({it->second.conn, return_reply(it->second.request, n.id, n.role)});
+                ++back;
+            }
+            for (const auto& [id, r] : returning) {
+                if (members.count(id) == 0) {
+                    out.push_back({r.conn, refusal(r.request, errc::node_failed,
+                                                   "node " + std::to_string(id) +
+                                                       " is not live in the job's newest view")});
+                }
+            }
+            // Servers that were joining when the manager was lost report their copies
+            // again; their plan is the one in the view.
+            entering.clear();
+            ready.clear();
+            planned_at = 0;
+            if (!v->next_ring.empty()) {
+                for (const auto& n : v->nodes) {
+                    if (n.role == node_role::server && n.state == node_state::alive &&
+                        v->next_ring.holds(n.id) && !v->ring.holds(n.id)) {
+                        entering.push_back(n.id);
+                    }
+                }
+            }
+            report(log_level::warning, "took job '" + opts.job_id +
+                                           "' over from its lost manager: " + std::to_string(back) +
+                                           " nodes came back (view " + std::to_string(v->version) +
+                                           ")");
+            returning.clear();
+            newest.reset();
+            for (const auto id : absent) {
+                if (view->find(id)->state == node_state::alive) {
+                    fail_node(id, "it did not come back to the manager that took the job over", out,
+                              done);
+                }
+            }
+            auto waiting = std::move(held_joins);
+            held_joins.clear();
+            for (auto& j : waiting) {
+                on_join(j.conn, j.request, std::move(j.body), out, done);
+            }
+            check_finished(done);
         }
 
         /// Everyone is here: number the nodes, place the keys, answer every join.
@@ -1288,6 +1521,8 @@ private:
                 const auto now = clock::now();
                 if (ph == phase::registering && now >= startup_deadline) {
                     startup_failed(out, done);
+                } else if (ph == phase::standby) {
+                    try_take_over(out, done);
                 } else if (ph == phase::running) {
                     std::vector<node_id> silent;
                     for (const auto& [id, mem] : members) {

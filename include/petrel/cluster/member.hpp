@@ -14,6 +14,7 @@
 #include <asio/async_result.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -46,6 +47,15 @@ struct member_options {
     std::chrono::milliseconds heartbeat_timeout{2000};
     /// How long `async_join` keeps trying to reach the root and waits for the others.
     std::chrono::milliseconds startup_timeout{30000};
+    /// Other addresses where a manager may take the job over when the one at `root` is
+    /// lost: standby managers (`manager_options::take_over`).
+    std::vector<std::string> standby{};
+    /// How long a node that lost its manager keeps looking for one (a manager restarted
+    /// at the root, or a standby) before its waits end with `errc::manager_unreachable`.
+    /// Meanwhile it keeps its id and view, so pushes and pulls go on; calls to the
+    /// manager (barriers, data sets, rounds, leaving) wait and are sent to the manager
+    /// that takes over. 0: no looking, a lost manager ends every wait at once.
+    std::chrono::milliseconds manager_grace{30000};
 };
 
 /// One node's membership of a job: it registers with the manager at the root address,
@@ -53,9 +63,13 @@ struct member_options {
 /// view, and takes part in barriers.
 ///
 /// Failures end waits rather than hang them: a barrier over a group with a failed node
-/// completes with `errc::node_failed`; a manager that stops answering heartbeats ends
-/// every wait with `errc::manager_unreachable`. `failure()` then says which node failed
-/// and why, for the log.
+/// completes with `errc::node_failed`. A manager that stops answering heartbeats is
+/// looked for again, at the root and at the standby addresses, for
+/// `member_options::manager_grace`: the node registers again with its id and view with
+/// the manager that takes the job over, and its calls to the manager resume there.
+/// When none answers in time every wait ends with `errc::manager_unreachable`; a manager
+/// that declared this node failed ends them with `errc::node_failed`. `failure()` then
+/// says which node failed and why, for the log.
 ///
 /// @par Example
 /// @code
@@ -95,17 +109,15 @@ public:
                                         std::string(training_group) +
                                         "'; read-only groups are made of readers");
         }
+        if (state_->opts.manager_grace.count() < 0) {
+            throw std::invalid_argument("petrel::member: a negative manager grace");
+        }
         if (state_->opts.heartbeat_interval.count() <= 0 ||
             state_->opts.heartbeat_timeout <= state_->opts.heartbeat_interval) {
             throw std::invalid_argument("petrel::member: the heartbeat timeout must exceed the "
                                         "heartbeat interval");
         }
-        std::weak_ptr<state> weak = state_;
-        state_->link->on_notify([weak](wire::message&& m) {
-            if (auto s = weak.lock()) {
-                s->on_notify(std::move(m));
-            }
-        });
+        state_->link = state_->make_link(state_->opts.root);
     }
 
     member(const member&) = delete;
@@ -323,13 +335,19 @@ private:
 
     struct state : std::enable_shared_from_this<state> {
         state(const any_transport& t, member_options o)
-            : opts(std::move(o)), log(t.options().log),
-              link(std::make_shared<detail::request_link>(t, opts.root, opts.heartbeat_timeout)),
-              timer(t.get_executor()) {}
+            : opts(std::move(o)), log(t.options().log), transport(t), timer(t.get_executor()) {}
+
+        /// A control request waiting for the manager that takes the job over.
+        struct parked_request {
+            detail::control_body body;
+            std::chrono::milliseconds timeout;
+            detail::reply_callback done;
+        };
 
         member_options opts;
         logger log;
-        std::shared_ptr<detail::request_link> link;
+        any_transport transport;
+        std::shared_ptr<detail::request_link> link; // to the manager; replaced on a rejoin
         mutable std::mutex mutex;
         asio::steady_timer timer;
         node_id id = no_node;
@@ -340,6 +358,32 @@ private:
         std::string failure;
         bool heartbeating = false;
         bool closed = false;
+        // The manager was lost: until `orphan_deadline` the node looks for one (see
+        // rejoin()), and calls to the manager wait in `parked`. `epoch` counts the
+        // managers this node was registered with: a late answer on an older link is
+        // ignored.
+        bool orphaned = false;
+        clock::time_point orphan_deadline{};
+        std::vector<parked_request> parked;
+        std::uint64_t epoch = 0;
+
+        /// A link to a manager at `address`, whose notifications (views) come here.
+        std::shared_ptr<detail::request_link> make_link(const std::string& address) {
+            auto l =
+                std::make_shared<detail::request_link>(transport, address, opts.heartbeat_timeout);
+            std::weak_ptr<state> weak = weak_from_this();
+            l->on_notify([weak](wire::message&& m) {
+                if (auto s = weak.lock()) {
+                    s->on_notify(std::move(m));
+                }
+            });
+            return l;
+        }
+
+        std::shared_ptr<detail::request_link> current_link() const {
+            std::lock_guard lock(mutex);
+            return link;
+        }
 
         [[nodiscard]] std::string name() const {
             return "petrel " + std::string(to_string(opts.role)) +
@@ -363,6 +407,19 @@ private:
 
         // ---- join --------------------------------------------------------------------
 
+        /// What this node says about itself when it registers.
+        [[nodiscard]] detail::control_body join_body() const {
+            detail::control_body b;
+            b.op = detail::control_op::join;
+            b.job_id = opts.job_id;
+            b.role = opts.role;
+            b.rank = opts.rank;
+            b.local = opts.local;
+            b.address = opts.address;
+            b.worker_group = opts.group;
+            return b;
+        }
+
         void join(done_fn done) {
             const auto deadline = clock::now() + opts.startup_timeout;
             attempt(std::move(done), deadline, false);
@@ -381,16 +438,9 @@ private:
                 done(ec);
                 return;
             }
-            detail::control_body b;
-            b.op = detail::control_op::join;
-            b.job_id = opts.job_id;
-            b.role = opts.role;
-            b.rank = opts.rank;
-            b.local = opts.local;
-            b.address = opts.address;
-            b.worker_group = opts.group;
+            const detail::control_body b = join_body();
             std::weak_ptr<state> weak = weak_from_this();
-            link->request(
+            current_link()->request(
                 detail::make_control(b),
                 [weak, done, deadline](std::error_code ec, wire::message&& m) mutable {
                     auto self = weak.lock();
@@ -537,49 +587,270 @@ private:
         }
 
         void beat() {
+            std::shared_ptr<detail::request_link> l;
+            std::uint64_t at = 0;
             {
                 std::lock_guard lock(mutex);
                 if (!heartbeating) {
                     return;
                 }
+                l = link;
+                at = epoch;
             }
             detail::control_body b;
             b.op = detail::control_op::heartbeat;
             std::weak_ptr<state> weak = weak_from_this();
-            link->request(detail::make_control(b), [weak](std::error_code ec, wire::message&& m) {
-                auto self = weak.lock();
-                if (!self) {
-                    return;
-                }
-                if (!ec) {
-                    self->schedule_heartbeat();
-                    return;
-                }
-                if (ec == errc::shut_down && self->is_closed()) {
-                    return;
-                }
-                if (ec == errc::node_failed) {
-                    self->lost(errc::node_failed, reason(ec, m));
-                } else {
-                    self->lost(errc::manager_unreachable, "the manager at " + self->opts.root +
-                                                              " stopped answering heartbeats (" +
-                                                              ec.message() + ")");
-                }
-            });
+            l->request(detail::make_control(b),
+                       [weak, at, l](std::error_code ec, wire::message&& m) {
+                           auto self = weak.lock();
+                           if (!self || self->epoch_now() != at) {
+                               return; // an answer from a manager this node no longer follows
+                           }
+                           if (!ec) {
+                               self->schedule_heartbeat();
+                               return;
+                           }
+                           if (ec == errc::shut_down && self->is_closed()) {
+                               return;
+                           }
+                           if (ec == errc::node_failed) {
+                               self->lost(errc::node_failed, reason(ec, m));
+                           } else {
+                               self->orphan("the manager at " + l->address() +
+                                            " stopped answering heartbeats (" + ec.message() + ")");
+                           }
+                       });
         }
 
-        /// The manager is gone (or declared this node failed): every wait ends.
+        std::uint64_t epoch_now() const {
+            std::lock_guard lock(mutex);
+            return epoch;
+        }
+
+        /// The manager is gone for good (or declared this node failed): every wait ends.
         void lost(errc e, const std::string& why) {
+            std::vector<parked_request> waiting;
+            std::shared_ptr<detail::request_link> l;
             {
                 std::lock_guard lock(mutex);
-                if (!heartbeating) {
+                if (closed || (!heartbeating && !orphaned)) {
                     return;
                 }
                 heartbeating = false;
+                orphaned = false;
+                waiting.swap(parked);
+                l = link;
             }
             remember(why);
             report(log_level::error, why);
-            link->close(make_error_code(e));
+            l->close(make_error_code(e));
+            for (auto& p : waiting) {
+                p.done(make_error_code(e), wire::message{});
+            }
+        }
+
+        // ---- a lost manager ------------------------------------------------------------
+
+        /// The manager stopped answering: look for one that takes the job over, for the
+        /// grace time (none: the manager is lost at once). Pushes and pulls do not need
+        /// the manager and go on meanwhile.
+        void orphan(const std::string& why) {
+            {
+                std::lock_guard lock(mutex);
+                if (closed || orphaned || !heartbeating) {
+                    return;
+                }
+                if (opts.manager_grace.count() > 0 && id != no_node) {
+                    orphaned = true;
+                    heartbeating = false;
+                    timer.cancel();
+                    orphan_deadline = clock::now() + opts.manager_grace;
+                }
+            }
+            if (!is_orphaned()) {
+                lost(errc::manager_unreachable, why);
+                return;
+            }
+            report(log_level::warning,
+                   why +
+                       "; pushes and pulls go on while this node looks for a manager that "
+                       "takes the job over (for up to " +
+                       std::to_string(opts.manager_grace.count()) + " ms)");
+            rejoin(0);
+        }
+
+        bool is_orphaned() const {
+            std::lock_guard lock(mutex);
+            return orphaned;
+        }
+
+        /// Where a manager may be: the root, then each standby address.
+        std::vector<std::string> manager_addresses() const {
+            std::vector<std::string> out{opts.root};
+            for (const auto& a : opts.standby) {
+                if (!a.empty() && std::find(out.begin(), out.end(), a) == out.end()) {
+                    out.push_back(a);
+                }
+            }
+            return out;
+        }
+
+        /// Registers again, with this node's id and view, at the `attempt`-th address (in
+        /// turn): a manager that took the job over answers once it has its view.
+        void rejoin(std::size_t attempt) {
+            detail::control_body b;
+            std::string address;
+            std::chrono::milliseconds left{};
+            {
+                std::lock_guard lock(mutex);
+                if (closed || !orphaned) {
+                    return;
+                }
+                left = std::chrono::duration_cast<std::chrono::milliseconds>(orphan_deadline -
+                                                                             clock::now());
+                if (left.count() > 0) {
+                    const auto all = manager_addresses();
+                    address = all[attempt % all.size()];
+                    b = join_body();
+                    b.id = id;
+                    b.secret = secret;
+                    b.version = view ? view->version : 0;
+                    if (view) {
+                        b.view = *view;
+                    }
+                }
+            }
+            if (left.count() <= 0) {
+                lost(errc::manager_unreachable, "no manager took job '" + opts.job_id +
+                                                    "' over within " +
+                                                    std::to_string(opts.manager_grace.count()) +
+                                                    " ms of losing the one at " + opts.root);
+                return;
+            }
+            auto l = make_link(address);
+            std::weak_ptr<state> weak = weak_from_this();
+            l->request(
+                detail::make_control(b),
+                [weak, l, attempt](std::error_code ec, wire::message&& m) {
+                    auto self = weak.lock();
+                    if (!self) {
+                        l->close();
+                        return;
+                    }
+                    if (!ec) {
+                        self->rejoined(l, std::move(m));
+                        return;
+                    }
+                    l->close();
+                    if (ec == errc::node_failed || ec == errc::job_mismatch ||
+                        ec == errc::invalid_argument) {
+                        self->lost(errc::node_failed, "the manager at " + l->address() +
+                                                          " refused this node: " + reason(ec, m));
+                        return;
+                    }
+                    // Not there (yet), or no majority of the job reached it: try the next.
+                    auto t = std::make_shared<asio::steady_timer>(self->timer.get_executor());
+                    t->expires_after(std::chrono::milliseconds(100));
+                    t->async_wait([weak, t, attempt](std::error_code) {
+                        if (auto s = weak.lock()) {
+                            s->rejoin(attempt + 1);
+                        }
+                    });
+                },
+                std::min(left, 5 * opts.heartbeat_timeout));
+        }
+
+        /// A manager took this node back: follow it, and send it what waited.
+        void rejoined(const std::shared_ptr<detail::request_link>& l, wire::message&& m) {
+            auto b = detail::read_control(m);
+            const node_info* me = b && b->view && valid(*b->view) ? b->view->find(b->id) : nullptr;
+            if (!me || b->id != current_id() || me->role != opts.role ||
+                b->view->job_id != opts.job_id) {
+                l->close();
+                lost(errc::malformed_header, "the manager at " + l->address() +
+                                                 " sent a malformed answer to a registration");
+                return;
+            }
+            std::vector<parked_request> waiting;
+            std::shared_ptr<detail::request_link> old;
+            {
+                std::lock_guard lock(mutex);
+                if (closed || !orphaned) {
+                    l->close();
+                    return;
+                }
+                old = link;
+                link = l;
+                ++epoch;
+                orphaned = false;
+                heartbeating = true;
+                waiting.swap(parked);
+            }
+            old->close();
+            const auto version = b->view->version;
+            adopt(std::move(*b->view));
+            report(log_level::info, "registered again with the manager at " + l->address() +
+                                        ", which took job '" + opts.job_id + "' over (view " +
+                                        std::to_string(version) + ")");
+            schedule_heartbeat();
+            for (auto& p : waiting) {
+                send(std::move(p.body), p.timeout, std::move(p.done));
+            }
+        }
+
+        /// Sends a control request to the manager; when the manager is lost it waits for
+        /// the one that takes the job over (within the grace time) and goes there.
+        void send(detail::control_body b, std::chrono::milliseconds timeout,
+                  detail::reply_callback done) {
+            std::shared_ptr<detail::request_link> l;
+            {
+                std::lock_guard lock(mutex);
+                if (orphaned && !closed) {
+                    parked.push_back({std::move(b), timeout, std::move(done)});
+                    return;
+                }
+                l = link;
+            }
+            auto m = detail::make_control(b);
+            std::weak_ptr<state> weak = weak_from_this();
+            l->request(
+                std::move(m),
+                [weak, l, b = std::move(b), timeout,
+                 done = std::move(done)](std::error_code ec, wire::message&& reply) mutable {
+                    if (auto self = weak.lock()) {
+                        if (ec == errc::shut_down && !self->is_closed() &&
+                            self->current_link() != l) {
+                            // Still waiting at a manager this node has left behind (one
+                            // that stopped answering): ask the one that took over.
+                            self->send(std::move(b), timeout, std::move(done));
+                            return;
+                        }
+                        if (ec == errc::connection_closed && self->park(b, timeout, done)) {
+                            return;
+                        }
+                    }
+                    done(ec, std::move(reply));
+                },
+                timeout);
+        }
+
+        /// The connection to the manager dropped under a request: keep it for the
+        /// manager that takes over, if this node looks for one. Returns whether it did.
+        bool park(detail::control_body& b, std::chrono::milliseconds timeout,
+                  detail::reply_callback& done) {
+            {
+                std::lock_guard lock(mutex);
+                if (closed || opts.manager_grace.count() == 0 || id == no_node ||
+                    (!orphaned && !heartbeating)) {
+                    return false;
+                }
+                parked.push_back({std::move(b), timeout, std::move(done)});
+                if (orphaned) {
+                    return true;
+                }
+            }
+            orphan("the connection to the manager at " + opts.root + " was lost");
+            return true;
         }
 
         // ---- barrier and leave --------------------------------------------------------------
@@ -588,32 +859,26 @@ private:
         void exchange(const detail::control_body& b, std::chrono::milliseconds timeout,
                       std::function<void(std::error_code, wire::message&&)> done) {
             std::weak_ptr<state> weak = weak_from_this();
-            link->request(
-                detail::make_control(b),
-                [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
-                    if (ec && ec != errc::shut_down) {
-                        if (auto self = weak.lock()) {
-                            self->remember(reason(ec, m));
-                        }
+            send(b, timeout, [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
+                if (ec && ec != errc::shut_down) {
+                    if (auto self = weak.lock()) {
+                        self->remember(reason(ec, m));
                     }
-                    done(ec, std::move(m));
-                },
-                timeout);
+                }
+                done(ec, std::move(m));
+            });
         }
 
         void call(const detail::control_body& b, std::chrono::milliseconds timeout, done_fn done) {
             std::weak_ptr<state> weak = weak_from_this();
-            link->request(
-                detail::make_control(b),
-                [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
-                    if (ec && ec != errc::shut_down) {
-                        if (auto self = weak.lock()) {
-                            self->remember(reason(ec, m));
-                        }
+            send(b, timeout, [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
+                if (ec && ec != errc::shut_down) {
+                    if (auto self = weak.lock()) {
+                        self->remember(reason(ec, m));
                     }
-                    done(ec);
-                },
-                timeout);
+                }
+                done(ec);
+            });
         }
 
         void leave(done_fn done) {
@@ -634,26 +899,24 @@ private:
             detail::control_body b;
             b.op = detail::control_op::retire;
             std::weak_ptr<state> weak = weak_from_this();
-            link->request(
-                detail::make_control(b),
-                [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
-                    if (auto self = weak.lock()) {
-                        if (ec) {
-                            // Refused or not answered: the node stays in the job.
-                            self->report(log_level::warning,
-                                         "could not leave the job: " + reason(ec, m));
-                        } else {
-                            {
-                                std::lock_guard lock(self->mutex);
-                                self->heartbeating = false;
-                                self->timer.cancel();
-                            }
-                            (void)self->adopt_reply(m);
-                        }
-                    }
-                    done(ec);
-                },
-                opts.heartbeat_timeout);
+            send(b, opts.heartbeat_timeout,
+                 [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
+                     if (auto self = weak.lock()) {
+                         if (ec) {
+                             // Refused or not answered: the node stays in the job.
+                             self->report(log_level::warning,
+                                          "could not leave the job: " + reason(ec, m));
+                         } else {
+                             {
+                                 std::lock_guard lock(self->mutex);
+                                 self->heartbeating = false;
+                                 self->timer.cancel();
+                             }
+                             (void)self->adopt_reply(m);
+                         }
+                     }
+                     done(ec);
+                 });
         }
 
         void remember(const std::string& why) {
@@ -669,6 +932,8 @@ private:
         }
 
         void close(std::error_code ec) {
+            std::vector<parked_request> waiting;
+            std::shared_ptr<detail::request_link> l;
             {
                 std::lock_guard lock(mutex);
                 if (closed) {
@@ -676,9 +941,15 @@ private:
                 }
                 closed = true;
                 heartbeating = false;
+                orphaned = false;
                 timer.cancel();
+                waiting.swap(parked);
+                l = link;
             }
-            link->close(ec);
+            l->close(ec);
+            for (auto& p : waiting) {
+                p.done(ec, wire::message{});
+            }
         }
     };
 

@@ -110,8 +110,19 @@ struct config {
     /// This process starts one node of this role (server or worker) that joins the
     /// running job at the root, instead of taking part in its start: a server takes its
     /// share of the keys once they are copied to it, a worker starts at the job's clock.
-    /// Needs the root. `--join server|worker`, `PETREL_JOIN`.
+    /// `manager` restarts a lost manager at the root: it takes the running job over
+    /// (`manager_options::take_over`). Needs the root.
+    /// `--join server|worker|manager`, `PETREL_JOIN`.
     std::optional<node_role> join{};
+    /// Where a standby manager listens ("host:port", not the root): the process of rank 1
+    /// starts one there, and when the manager at the root is lost the nodes register
+    /// again with it and it takes the running job over. `--standby host:port`,
+    /// `PETREL_STANDBY`.
+    std::optional<std::string> standby{};
+    /// How long a node that lost its manager keeps looking for one (restarted at the
+    /// root, or the standby) while pushes and pulls go on; then it gives up.
+    /// `--manager-grace MS`, `PETREL_MANAGER_GRACE`.
+    std::optional<std::chrono::milliseconds> manager_grace{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -148,8 +159,14 @@ struct settings {
     std::uint32_t max_servers = 0;
     std::uint32_t max_workers = 0;
     /// The role of the one node this process adds to the running job (`config::join`);
-    /// empty when it takes part in the job's start.
+    /// empty when it takes part in the job's start. `manager`: this process hosts only a
+    /// manager that takes the running job over.
     std::optional<node_role> join;
+    /// The standby manager's address (empty: none), whether this process hosts it, and
+    /// how long nodes look for a manager after losing theirs.
+    std::string standby;
+    bool standby_here = false;
+    std::chrono::milliseconds manager_grace{0};
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -179,7 +196,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 18> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 20> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -234,10 +251,18 @@ struct config_option {
         {"max-workers", "N", "PETREL_MAX_WORKERS",
          "Live workers the running job may grow to: a process started with --join worker "
          "trains from the job's clock. Read by rank 0. Default: the job's workers."},
-        {"join", "server|worker", "PETREL_JOIN",
+        {"join", "server|worker|manager", "PETREL_JOIN",
          "Start one node of this role that joins the running job at the root (which must be "
          "given) rather than take part in its start; give the job's --servers and --workers "
-         "as well. Default: take part in the start."},
+         "as well. A manager restarts the job's lost manager at the root and takes the "
+         "running job over. Default: take part in the start."},
+        {"standby", "host:port", "PETREL_STANDBY",
+         "Where a standby manager listens: rank 1 starts one, and if the manager at the root "
+         "is lost the nodes register again there and it takes the running job over. Needs a "
+         "launcher and 2 processes or more. Default: none."},
+        {"manager-grace", "MS", "PETREL_MANAGER_GRACE",
+         "How long a node that lost its manager looks for one (restarted at the root, or the "
+         "standby) while pushes and pulls go on; then its process fails. Default: 30000."},
     }};
 }
 
@@ -403,8 +428,8 @@ struct config_parse_text {
 struct config_parse_join {
     node_role operator()(std::string_view origin, std::string_view text) const {
         const auto role = parse_node_role(text);
-        if (role != node_role::server && role != node_role::worker) {
-            config_fail(origin, text, "not a role that joins (expected server or worker)");
+        if (role != node_role::server && role != node_role::worker && role != node_role::manager) {
+            config_fail(origin, text, "not a role that joins (expected server, worker or manager)");
         }
         return *role;
     }
@@ -745,6 +770,10 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     const auto max_workers =
         config_pick(program.max_workers, "max-workers", cl, env, config_parse_whole{});
     const auto join = config_pick(program.join, "join", cl, env, config_parse_join{});
+    const auto standby = config_pick(program.standby, "standby", cl, env, config_parse_text{});
+    const auto grace = config_or(
+        config_pick(program.manager_grace, "manager-grace", cl, env, config_parse_duration{}),
+        milliseconds(30000));
     const auto threads =
         config_or(config_pick(program.threads, "threads", cl, env, config_parse_count{}), 2u);
     const auto interval = config_or(config_pick(program.heartbeat_interval, "heartbeat-interval",
@@ -769,7 +798,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         config_check_roles(*roles);
     }
     config_check_positive(threads);
-    for (const auto* v : {&interval, &timeout, &startup, &request}) {
+    for (const auto* v : {&interval, &timeout, &startup, &request, &grace}) {
         config_check_positive(*v);
     }
     if (timeout.value <= interval.value) {
@@ -807,7 +836,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         }
         s.join = join->value;
         s.roles = {join->value};
-        s.managers_here = 0;
+        s.managers_here = join->value == node_role::manager ? 1 : 0;
         s.servers_here = join->value == node_role::server ? 1 : 0;
         s.workers_here = join->value == node_role::worker ? 1 : 0;
     }
@@ -834,6 +863,19 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     const auto root_value = config_or(root, std::string("127.0.0.1:0"));
     const std::string root_host = config_root_host(root_value, launched);
     s.root = root_value.value;
+    if (standby) {
+        if (!launched || s.launch.size < 2) {
+            config_fail(*standby, "the standby manager runs in the process of rank 1: it needs "
+                                  "a launcher that starts 2 processes or more");
+        }
+        (void)config_root_host(*standby, true);
+        if (standby->value == s.root) {
+            config_fail(*standby, "the standby manager listens elsewhere than the root");
+        }
+        s.standby = standby->value;
+        s.standby_here = s.launch.rank == 1 && !s.join;
+    }
+    s.manager_grace = grace.value;
 
     s.bind = config_host(config_or(bind, std::string(launched ? "0.0.0.0" : "127.0.0.1")));
     if (advertise) {

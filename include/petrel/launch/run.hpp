@@ -346,26 +346,36 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     int status = run_ok;
     {
         std::unique_ptr<manager_node> manager;
+        std::unique_ptr<manager_node> standby; // takes the job over if the manager is lost
         std::vector<std::shared_ptr<server_node>> servers;
         std::vector<std::shared_ptr<member>> members; // servers first, then workers
         std::string root = s.root;
         try {
+            const manager_options job_manager{.job_id = s.job_id,
+                                              .servers = s.servers,
+                                              .workers = s.workers,
+                                              .max_workers = s.max_workers,
+                                              .max_servers = s.max_servers,
+                                              .ring = {.replicas = s.replicas},
+                                              .heartbeat_timeout = s.heartbeat_timeout,
+                                              .startup_timeout = s.startup_timeout};
             if (s.managers_here > 0) {
-                manager = std::make_unique<manager_node>(
-                    tcp_transport(io.get_executor(), topts),
-                    manager_options{.job_id = s.job_id,
-                                    .servers = s.servers,
-                                    .workers = s.workers,
-                                    .max_workers = s.max_workers,
-                                    .max_servers = s.max_servers,
-                                    .ring = {.replicas = s.replicas},
-                                    .heartbeat_timeout = s.heartbeat_timeout,
-                                    .startup_timeout = s.startup_timeout});
+                auto mo = job_manager;
+                mo.take_over = s.join == node_role::manager; // restarted at the root
+                manager =
+                    std::make_unique<manager_node>(tcp_transport(io.get_executor(), topts), mo);
                 const auto bound =
                     manager->listen(detail::host_port(s.bind, detail::port_of(s.root)));
                 if (detail::port_of(s.root) == 0) {
                     root = detail::host_port(s.advertise, detail::port_of(bound));
                 }
+            }
+            if (s.standby_here) {
+                auto mo = job_manager;
+                mo.take_over = true;
+                standby =
+                    std::make_unique<manager_node>(tcp_transport(io.get_executor(), topts), mo);
+                (void)standby->listen(detail::host_port(s.bind, detail::port_of(s.standby)));
             }
             auto make_member = [&](node_role role, std::uint32_t local, std::string address) {
                 member_options o;
@@ -378,6 +388,10 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 o.heartbeat_interval = s.heartbeat_interval;
                 o.heartbeat_timeout = s.heartbeat_timeout;
                 o.startup_timeout = s.startup_timeout;
+                if (!s.standby.empty()) {
+                    o.standby = {s.standby};
+                }
+                o.manager_grace = s.manager_grace;
                 return std::make_shared<member>(tcp_transport(io.get_executor(), topts), o);
             };
             for (std::uint32_t i = 0; i < s.servers_here; ++i) {
@@ -401,6 +415,9 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             status = run_failed;
             if (manager) {
                 manager->close(); // nothing to wait for: this process cannot take part
+            }
+            if (standby) {
+                standby->close();
             }
         }
 
@@ -569,16 +586,23 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             }
         }
 
-        // The manager stays until every node of the job has left or failed.
-        if (manager) {
-            auto finished = manager->async_wait_finished(asio::use_future);
+        // The manager stays until every node of the job has left or failed; so does a
+        // standby that took the job over (one that did not is no longer needed).
+        if (standby && !standby->view()) {
+            standby->close();
+        }
+        for (auto* m : {manager.get(), standby.get()}) {
+            if (!m) {
+                continue;
+            }
+            auto finished = m->async_wait_finished(asio::use_future);
             if (status != run_ok &&
                 finished.wait_for(s.heartbeat_timeout * 2) != std::future_status::ready) {
                 // Our own nodes failed to start or finish: do not wait for the others.
-                manager->close();
+                m->close();
             }
             if (auto ec = detail::outcome(finished); ec && ec != errc::shut_down) {
-                failed(manager->failure().empty() ? ec.message() : manager->failure());
+                failed(m->failure().empty() ? ec.message() : m->failure());
                 status = run_failed;
             }
         }
@@ -593,6 +617,9 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         }
         if (manager) {
             manager->close();
+        }
+        if (standby) {
+            standby->close();
         }
     }
     work.reset();
