@@ -748,6 +748,12 @@ TEMPLATE_TEST_CASE("kv_store: keys and values shared with the caller are sent wi
 
 namespace {
 
+/// What a `failover_job` has besides its nodes.
+struct failover_extras {
+    bool standby = false;             ///< a standby manager waits beside the job
+    bool drop_failed_workers = false; ///< the job goes on without a failed worker
+};
+
 /// A job in one process (manager, servers, workers over loopback TCP) whose servers can
 /// be killed one by one: the server stops and its membership closes, as when its process
 /// dies.
@@ -785,10 +791,10 @@ struct failover_job {
     std::uint32_t worker_count = 0;
 
     /// `n` servers, `w` workers, `replicas` copies besides each primary; nodes may join
-    /// up to the maxima; with `with_standby`, a standby manager waits beside the job.
+    /// up to the maxima.
     failover_job(std::uint32_t n, std::uint32_t w, std::uint32_t replicas,
                  std::uint32_t max_workers = 0, std::uint32_t max_servers = 0,
-                 bool with_standby = false)
+                 failover_extras more = {})
         : worker_count(w) {
         petrel::transport_options t;
         t.log = logs.logger();
@@ -798,13 +804,14 @@ struct failover_job {
             .workers = w,
             .max_workers = max_workers,
             .max_servers = max_servers,
+            .drop_failed_workers = more.drop_failed_workers,
             .ring = {.partitions = 64, .stripe_keys = 4, .replicas = replicas},
             .heartbeat_timeout = 1000ms,
             .startup_timeout = 20000ms};
         manager =
             std::make_unique<petrel::manager_node>(petrel::tcp_transport(io.executor(), t), mo);
         root = manager->listen("127.0.0.1:0");
-        if (with_standby) {
+        if (more.standby) {
             mo.take_over = true;
             standby =
                 std::make_unique<petrel::manager_node>(petrel::tcp_transport(io.executor(), t), mo);
@@ -979,7 +986,7 @@ TEMPLATE_TEST_CASE("kv_store: training goes on through a server failure, every u
 TEMPLATE_TEST_CASE("kv_store: a standby manager takes the job over when the manager dies with a "
                    "server, every update once",
                    "[fault]", petrel::sequential, petrel::eventual, (petrel::bounded_delay<1>)) {
-    failover_job job(3, 2, 1, 0, 0, true);
+    failover_job job(3, 2, 1, 0, 0, {.standby = true});
     // The manager and server 2 die together (as when they shared a host): pushes and
     // pulls go on with the live servers, the nodes register again with the standby,
     // which declares server 2 failed and moves its keys to their replicas.
@@ -1008,6 +1015,78 @@ TEMPLATE_TEST_CASE("kv_store: a standby manager takes the job over when the mana
     }
     REQUIRE(finished.wait_for(20s) == std::future_status::ready);
     CHECK_NOTHROW(finished.get()); // the failed server's keys lived on
+}
+
+TEMPLATE_TEST_CASE("kv_store: a job that drops failed workers goes on without one, every update "
+                   "of the others once",
+                   "[fault]", petrel::sequential, petrel::eventual, (petrel::bounded_delay<1>)) {
+    // Workers 0 and 1 train for 24 clocks; worker 2 pushes for 8, then dies without
+    // leaving. The job drops it: the others neither wait for it nor fail, and every key
+    // holds exactly what was pushed.
+    failover_job job(2, 3, 1, 0, 0, {.drop_failed_workers = true});
+    constexpr int clocks = 24;
+    constexpr int dies_after = 8;
+    std::vector<key_t64> keys(2000);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        keys[i] = i * 3;
+    }
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    std::latch pushed(2); // eventual: pull once every push is in
+    auto train = [&](std::size_t j, int until) {
+        petrel::kv_store<key_t64, float, TestType> kv(*job.workers[j]);
+        for (int c = 0; c < until; ++c) {
+            kv.push(keys, ones, asio::use_future).get();
+            kv.clock(asio::use_future).get();
+            std::this_thread::sleep_for(5ms);
+        }
+        if (j == 2) {
+            return std::size_t{0}; // dies here: no finish, no leave
+        }
+        pushed.arrive_and_wait();
+        const auto got = kv.pull(keys, asio::use_future).get();
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            if (got.values()(i) != float(2 * clocks + dies_after) && bad++ == 0) {
+                std::fprintf(stderr, "worker %zu: key %llu holds %g, not %d\n", j,
+                             static_cast<unsigned long long>(keys[i]), double(got.values()(i)),
+                             2 * clocks + dies_after);
+            }
+        }
+        return bad;
+    };
+    auto w0 = std::async(std::launch::async, train, 0, clocks);
+    auto w1 = std::async(std::launch::async, train, 1, clocks);
+    std::async(std::launch::async, train, 2, dies_after).get();
+    const auto dead = job.members[job.servers.size() + 2];
+    dead->close(); // its heartbeats stop and its connection drops
+    const auto wrong = w0.get() + w1.get();
+    if (wrong != 0) {
+        std::fprintf(stderr, "%s\n", job.logs.all().c_str());
+    }
+    CHECK(wrong == 0);
+    const auto v = job.members[0]->view();
+    REQUIRE(v->find(dead->id()));
+    CHECK(v->find(dead->id())->state == petrel::node_state::failed);
+    CHECK(v->failures().empty()); // dropped: not a failure of the job
+    // The others meet at a barrier and leave; the job ends well.
+    auto finished = job.manager->async_wait_finished(asio::use_future);
+    std::vector<std::future<void>> barriers;
+    for (std::size_t i = 0; i < job.members.size(); ++i) {
+        if (job.members[i] != dead) {
+            barriers.push_back(job.members[i]->async_barrier(petrel::group::all, asio::use_future));
+        }
+    }
+    for (auto& b : barriers) {
+        CHECK_NOTHROW(b.get());
+    }
+    for (std::size_t i = 0; i < job.members.size(); ++i) {
+        if (job.members[i] != dead) {
+            auto left = job.members[i]->async_leave(asio::use_future);
+            CHECK_NOTHROW(left.get());
+        }
+    }
+    REQUIRE(finished.wait_for(20s) == std::future_status::ready);
+    CHECK_NOTHROW(finished.get());
 }
 
 TEMPLATE_TEST_CASE("kv_store: a server joins during training, every update once", "[fault]",

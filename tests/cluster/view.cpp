@@ -45,6 +45,16 @@ TEST_CASE("view: lookups by id and role, failures named", "[cluster][view]") {
     CHECK(petrel::in_group(petrel::node_role::worker, petrel::group::all));
     CHECK_FALSE(petrel::in_group(petrel::node_role::manager, petrel::group::all));
     CHECK_FALSE(petrel::in_group(petrel::node_role::server, petrel::group::workers));
+    // A failed worker fails the job, unless the job drops failed workers.
+    auto w = sample();
+    w.nodes[3].state = petrel::node_state::failed;
+    w.nodes[3].failure = "its connection to the manager was lost";
+    CHECK_FALSE(w.replaced(w.nodes[3]));
+    CHECK_THAT(w.failures(), Catch::Contains("worker 3"));
+    w.drop_failed_workers = true;
+    CHECK(w.replaced(w.nodes[3]));
+    CHECK(w.failures() == v.failures());
+    CHECK_FALSE(w.replaced(w.nodes[1])); // a live node
 }
 
 TEST_CASE("view: a control message round-trips the view", "[cluster][view]") {
@@ -59,6 +69,10 @@ TEST_CASE("view: a control message round-trips the view", "[cluster][view]") {
     REQUIRE(back->view.has_value());
     CHECK(*back->view == sample());
     CHECK(back->version == 3);
+    b.view->drop_failed_workers = true;
+    const auto dropping = petrel::detail::read_control(petrel::detail::make_control(b));
+    REQUIRE(dropping.has_value());
+    CHECK(dropping->view->drop_failed_workers);
 }
 
 TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cluster][view]") {
@@ -105,4 +119,24 @@ TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cl
     odd.view->next_ring =
         petrel::ring::balanced({.partitions = 8}, std::vector<petrel::node_id>{1, 2});
     CHECK_FALSE(petrel::detail::read_control(petrel::detail::make_control(odd)).has_value());
+    // A worker failure policy other than 0 or 1 is refused: the only byte that differs
+    // between a view that drops failed workers and one that does not.
+    auto dropping = b;
+    dropping.view->drop_failed_workers = true;
+    const auto other = petrel::detail::make_control(dropping);
+    const auto other_bytes = other.values().span();
+    REQUIRE(other_bytes.size() == copy.size());
+    std::size_t at = copy.size();
+    for (std::size_t i = 0; i < copy.size(); ++i) {
+        if (other_bytes[i] != copy[i]) {
+            CHECK(at == copy.size()); // just one
+            at = i;
+        }
+    }
+    REQUIRE(at < copy.size());
+    auto policy = copy;
+    policy[at] = std::byte{2};
+    CHECK_FALSE(with(policy).has_value());
+    policy[at] = std::byte{1};
+    CHECK(with(policy).has_value());
 }

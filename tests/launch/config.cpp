@@ -348,6 +348,7 @@ TEST_CASE("config: bad values name the option, variable or field", "[launch]") {
         {"startup-timeout", "0"},
         {"request-timeout", ""},
         {"manager-grace", "0"},
+        {"worker-failure", "maybe"},
     };
     for (const auto& [name, value] : bad) {
         // Roles are only accepted with a launcher.
@@ -770,4 +771,12 @@ TEST_CASE("config: a standby manager on rank 1, and how long nodes look for a ma
                Catch::Contains("--manager-grace"));
     CHECK_THAT(petrel::usage("train"),
                Catch::Contains("PETREL_STANDBY") && Catch::Contains("PETREL_MANAGER_GRACE"));
+    // What a failed worker does to the job.
+    CHECK(plain.worker_failure == petrel::worker_failure::fail);
+    CHECK(resolve_with({}, {"--worker-failure", "drop"}, launched).worker_failure ==
+          petrel::worker_failure::drop);
+    CHECK(resolve_with({.worker_failure = petrel::worker_failure::drop}, {}, launched)
+              .worker_failure == petrel::worker_failure::drop);
+    CHECK_THAT(resolve_error({}, {"--worker-failure", "maybe"}, launched),
+               Catch::Contains("expected fail or drop"));
 }

@@ -398,9 +398,16 @@ TEST_CASE("run: exact sums through a server failure", "[.][spmd_failover]") {
             }
             const auto got = kv.pull(keys, asio::use_future).get(); // sees every clock
             const float expected = float(clocks) * float(w.workers());
+            // With a worker killed (PETREL_TEST_WORKER_DIES), what it pushed before it died
+            // is in, on some keys of its last push perhaps not: every key holds at least
+            // the others' sums.
+            const float least = std::getenv("PETREL_TEST_WORKER_DIES")
+                                    ? float(clocks) * float(w.workers() - 1)
+                                    : expected;
             std::size_t wrong = 0;
             for (std::size_t i = 0; i < keys.size(); ++i) {
-                wrong += got.values()(i) == expected ? 0 : 1;
+                const float x = got.values()(i);
+                wrong += x >= least && x <= expected && x == std::floor(x) ? 0 : 1;
             }
             if (wrong != 0) {
                 std::fprintf(stderr, "worker %u: %zu of %zu sums wrong (key 0: %g, expected %g)\n",
@@ -462,6 +469,30 @@ TEST_CASE("run: training survives a server killed with SIGKILL, no update lost",
         CHECK(p->exit_code() == 0);
     }
     CHECK_THAT(procs[0]->output(), Catch::Contains("moved to their replicas"));
+}
+
+TEST_CASE("run: a job that drops failed workers goes on without a killed worker process",
+          "[fault][process]") {
+    // Ranks 0-2 host the servers, ranks 3 and 4 the workers; rank 4 is killed while they
+    // train. The job drops it: the other worker does not wait for it and finishes, and
+    // every process but the killed one ends with success.
+    auto procs = start_job("[spmd_failover]", 5,
+                           {{"PETREL_SERVERS", "3"},
+                            {"PETREL_WORKER_FAILURE", "drop"},
+                            {"PETREL_TEST_WORKER_DIES", "1"},
+                            {"PETREL_TEST_LOG_INFO", "1"}});
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE_FALSE(procs[4]->wait_for(0ms)); // still training when killed
+    procs[4]->kill(SIGKILL);
+    for (auto& p : procs) {
+        REQUIRE(p->wait_for(120s)); // no hang
+    }
+    for (int r : {0, 1, 2, 3}) {
+        const auto& p = procs[static_cast<std::size_t>(r)];
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() == 0);
+    }
+    CHECK_THAT(procs[0]->output(), Catch::Contains("worker 5") && Catch::Contains("failed"));
 }
 
 TEST_CASE("run: two servers killed one after the other survive with one replica",

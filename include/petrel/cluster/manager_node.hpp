@@ -51,6 +51,12 @@ struct manager_options {
     /// that move to it, then their updates, and once it reports its copies complete
     /// (`member::async_ready`) the next view makes it their primary.
     std::uint32_t max_servers = 0;
+    /// A worker that fails (its heartbeats stop or its connection drops) is dropped, as if
+    /// it had left: its share of each data set goes to the other workers of its group,
+    /// the tables' clocks and barriers stop waiting for it, and the job goes on without
+    /// the updates it had not pushed. The paper's choice for workers, where losing a
+    /// little of the data rarely matters. By default a failed worker fails the job.
+    bool drop_failed_workers = false;
     /// How keys are placed on the servers.
     ring_options ring{};
     /// A node not heard from for this long is declared failed.
@@ -764,6 +770,7 @@ private:
                 by_conn[j.conn.get()] = id;
             }
             v->ring = ring::balanced(opts.ring, servers);
+            v->drop_failed_workers = opts.drop_failed_workers;
             view = v;
             ph = phase::running;
             for (std::size_t i = 0; i < joins.size(); ++i) {
@@ -1363,7 +1370,7 @@ private:
             if (!g.empty()) {
                 group_changed(g, out);
             }
-            const bool replaced = role == node_role::server && view->replaced(*view->find(id));
+            const bool replaced = view->replaced(*view->find(id));
             for (auto bg : {group::all, group::servers, group::workers}) {
                 if (!in_group(role, bg)) {
                     continue;

@@ -112,6 +112,9 @@ struct membership_view {
     petrel::ring next_ring;
     /// The scheduler's data assignments.
     work_schedule schedule;
+    /// The job goes on without a worker that fails (`manager_options::drop_failed_workers`):
+    /// as for one that left, its data share goes to the others and nobody waits for it.
+    bool drop_failed_workers = false;
 
     friend bool operator==(const membership_view&, const membership_view&) = default;
 
@@ -161,16 +164,22 @@ struct membership_view {
         return d->share_of(id, version);
     }
 
-    /// Whether the failed server `n`'s keys live on: the ring no longer names it, as its
-    /// partitions moved to their replicas.
+    /// Whether the job survives the failure of node `n`: a failed server whose keys live on
+    /// (the ring no longer names it, as its partitions moved to their replicas), or a
+    /// failed worker when the job drops failed workers.
     [[nodiscard]] bool replaced(const node_info& n) const noexcept {
-        return n.role == node_role::server && n.state == node_state::failed && !ring.empty() &&
-               !ring.holds(n.id);
+        if (n.state != node_state::failed) {
+            return false;
+        }
+        if (n.role == node_role::worker) {
+            return drop_failed_workers;
+        }
+        return n.role == node_role::server && !ring.empty() && !ring.holds(n.id);
     }
 
     /// The failed servers and workers, described, one per line; empty when none failed.
-    /// Readers are left out: a reader that dies fails nothing but itself; so are servers
-    /// whose keys moved to their replicas (`replaced`).
+    /// Readers are left out: a reader that dies fails nothing but itself; so are nodes
+    /// whose failure the job survives (`replaced`).
     [[nodiscard]] std::string failures() const {
         std::string s;
         for (const auto& n : nodes) {
@@ -245,6 +254,7 @@ void save(Archive& ar, const membership_view& v) {
     detail::save_ring(ar, v.ring);
     detail::save_ring(ar, v.next_ring);
     ar(v.schedule);
+    ar(static_cast<std::uint8_t>(v.drop_failed_workers ? 1 : 0));
 }
 
 /// Checks every count against a limit before allocating; throws on bad input.
@@ -272,6 +282,12 @@ void load(Archive& ar, membership_view& v) {
         throw std::domain_error("a view's next ring does not match its ring");
     }
     ar(v.schedule);
+    std::uint8_t drop = 0;
+    ar(drop);
+    if (drop > 1) {
+        throw std::domain_error("a view's worker failure policy is not 0 or 1");
+    }
+    v.drop_failed_workers = drop == 1;
 }
 
 } // namespace petrel

@@ -49,6 +49,28 @@ enum class layout : std::uint8_t {
     return std::nullopt;
 }
 
+/// What a worker that fails does to its job (`manager_options::drop_failed_workers`).
+enum class worker_failure : std::uint8_t {
+    fail, ///< the job fails, naming the worker
+    drop, ///< the job goes on without it, as if it had left
+};
+
+/// "fail" or "drop".
+[[nodiscard]] constexpr std::string_view to_string(worker_failure w) noexcept {
+    return w == worker_failure::drop ? "drop" : "fail";
+}
+
+/// "fail" or "drop" (as `to_string` writes them); nothing otherwise.
+[[nodiscard]] constexpr std::optional<worker_failure>
+parse_worker_failure(std::string_view s) noexcept {
+    for (auto w : {worker_failure::fail, worker_failure::drop}) {
+        if (s == to_string(w)) {
+            return w;
+        }
+    }
+    return std::nullopt;
+}
+
 /// The settings a program fixes in code. Every field is optional: a field that is set wins
 /// over the command line, which wins over the environment, which wins over the defaults.
 ///
@@ -123,6 +145,10 @@ struct config {
     /// root, or the standby) while pushes and pulls go on; then it gives up.
     /// `--manager-grace MS`, `PETREL_MANAGER_GRACE`.
     std::optional<std::chrono::milliseconds> manager_grace{};
+    /// What a worker that fails does to the job: fails it, or is dropped and the job goes
+    /// on without it. Read by the manager. `--worker-failure fail|drop`,
+    /// `PETREL_WORKER_FAILURE`.
+    std::optional<petrel::worker_failure> worker_failure{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -167,6 +193,8 @@ struct settings {
     std::string standby;
     bool standby_here = false;
     std::chrono::milliseconds manager_grace{0};
+    /// What a worker that fails does to the job.
+    petrel::worker_failure worker_failure = petrel::worker_failure::fail;
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -196,7 +224,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 20> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 21> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -263,6 +291,10 @@ struct config_option {
         {"manager-grace", "MS", "PETREL_MANAGER_GRACE",
          "How long a node that lost its manager looks for one (restarted at the root, or the "
          "standby) while pushes and pulls go on; then its process fails. Default: 30000."},
+        {"worker-failure", "fail|drop", "PETREL_WORKER_FAILURE",
+         "What a worker that fails does to the job: fail it, or drop it and go on as if it had "
+         "left (its data share goes to the others, nobody waits for it, the updates it had not "
+         "pushed are lost). Read by the manager. Default: fail."},
     }};
 }
 
@@ -372,6 +404,9 @@ template <typename T>
 [[nodiscard]] inline std::string config_describe(petrel::layout v) {
     return std::string(to_string(v));
 }
+[[nodiscard]] inline std::string config_describe(petrel::worker_failure v) {
+    return std::string(to_string(v));
+}
 [[nodiscard]] inline std::string config_describe(std::chrono::milliseconds v) {
     return std::to_string(v.count());
 }
@@ -432,6 +467,15 @@ struct config_parse_join {
             config_fail(origin, text, "not a role that joins (expected server, worker or manager)");
         }
         return *role;
+    }
+};
+
+struct config_parse_worker_failure {
+    petrel::worker_failure operator()(std::string_view origin, std::string_view text) const {
+        if (const auto w = parse_worker_failure(text)) {
+            return *w;
+        }
+        config_fail(origin, text, "not a worker failure policy (expected fail or drop)");
     }
 };
 
@@ -771,6 +815,8 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         config_pick(program.max_workers, "max-workers", cl, env, config_parse_whole{});
     const auto join = config_pick(program.join, "join", cl, env, config_parse_join{});
     const auto standby = config_pick(program.standby, "standby", cl, env, config_parse_text{});
+    const auto worker_failure = config_pick(program.worker_failure, "worker-failure", cl, env,
+                                            config_parse_worker_failure{});
     const auto grace = config_or(
         config_pick(program.manager_grace, "manager-grace", cl, env, config_parse_duration{}),
         milliseconds(30000));
@@ -876,6 +922,9 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         s.standby_here = s.launch.rank == 1 && !s.join;
     }
     s.manager_grace = grace.value;
+    if (worker_failure) {
+        s.worker_failure = worker_failure->value;
+    }
 
     s.bind = config_host(config_or(bind, std::string(launched ? "0.0.0.0" : "127.0.0.1")));
     if (advertise) {

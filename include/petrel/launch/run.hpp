@@ -356,6 +356,8 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                                               .workers = s.workers,
                                               .max_workers = s.max_workers,
                                               .max_servers = s.max_servers,
+                                              .drop_failed_workers =
+                                                  s.worker_failure == worker_failure::drop,
                                               .ring = {.replicas = s.replicas},
                                               .heartbeat_timeout = s.heartbeat_timeout,
                                               .startup_timeout = s.startup_timeout};
