@@ -239,6 +239,9 @@ public:
             review_parked(weak); // requests dropped by a server that failed go elsewhere
         });
         settle(adopt(worker.view())); // servers failed before this store existed fail at once
+        if constexpr (Consistency::ordered) {
+            review_parked(weak); // servers that took keys over learn this store has no resends
+        }
     }
 
     kv_store(const kv_store&) = delete;
@@ -805,7 +808,10 @@ private:
     }
 
     /// The live servers this store has not told its clock yet (they joined the running
-    /// job) get the newest tick sent so far, after the pushes resent to them.
+    /// job) get the newest tick sent so far, after the pushes resent to them. Ordered
+    /// stores, when the ring changed, send it to every live server, marked as sent after
+    /// the resent pushes (`wire::flag_resent`): a server that took keys over answers
+    /// reads of them once every live worker's has come.
     std::vector<std::function<void()>> sync_ticks() {
         std::vector<std::function<void()>> out;
         std::lock_guard lock(mutex_);
@@ -818,12 +824,20 @@ private:
             std::lock_guard clk(clock_->mutex);
             sent = clock_->sent;
         }
+        bool mark = false;
+        if constexpr (Consistency::ordered) {
+            mark = !(marked_ring_ == where->view->ring);
+            if (mark) {
+                marked_ring_ = where->view->ring;
+            }
+        }
         for (std::size_t i = 0; i < where->servers.size(); ++i) {
             const auto* n = where->view->find(where->servers[i]);
-            if (!n || n->state != node_state::alive || !told_.insert(n->id).second || sent == 0) {
+            const bool first = n && told_.insert(n->id).second;
+            if (!n || n->state != node_state::alive || !(mark || (first && sent != 0))) {
                 continue;
             }
-            auto m = tick_request(sent, 0);
+            auto m = tick_request(sent, mark ? std::uint8_t{wire::flag_resent} : std::uint8_t{0});
             m.header.view = where->view->version;
             out.push_back([pipe = pipe_, link = where->links[i],
                            r = make_resilient(*pipe_, n->id, std::move(m),
@@ -2316,7 +2330,8 @@ private:
     std::shared_ptr<const placement> placement_;
     std::vector<std::shared_ptr<resilient>> parked_;   // dropped requests waiting for a view
     std::vector<std::shared_ptr<resilient>> retained_; // ordered pushes not yet durable
-    std::set<node_id> told_; // servers that heard this store's ticks (see sync_ticks)
+    petrel::ring marked_ring_; // the ring of the newest resync tick (see sync_ticks)
+    std::set<node_id> told_;   // servers that heard this store's ticks (see sync_ticks)
     std::atomic<std::uint64_t> next_update_{first_update_id()};
     std::shared_ptr<detail::worker_clock> clock_ = std::make_shared<detail::worker_clock>();
 

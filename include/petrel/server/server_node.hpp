@@ -21,6 +21,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -221,6 +222,14 @@ public:
                     for (auto& [id, slot] : state_->tables) {
                         slot.durable_cap = state_->durable(slot);
                     }
+                }
+                bool gained = false;
+                for (std::size_t p = 0; !gained && p < now.size() && p < old.primaries.size();
+                     ++p) {
+                    gained = now[p] == id && old.primaries[p] != id;
+                }
+                if (gained) {
+                    state_->await_resync(old.version + 1);
                 }
             }
             state_->follow_chains(old);
@@ -533,6 +542,13 @@ private:
         // requests sent under an older view say at most this, so that a worker that has
         // not seen the change keeps the pushes of keys that moved away (it resends them).
         std::uint64_t durable_cap = ~std::uint64_t{0};
+        // After this server took keys over (view `resync_view`): the workers whose tick
+        // sent under that view or later has not come yet. Each sends it after the pushes
+        // it resends here, so until all have, a clock read here could miss some of them:
+        // ordered reads wait in `resync_held`.
+        std::uint64_t resync_view = 0;
+        std::set<std::uint32_t> resync_pending;
+        std::vector<waiting> resync_held;
     };
 
     /// Replies to send once the lock is released.
@@ -550,6 +566,7 @@ private:
         mutable std::mutex mutex;
         std::map<std::uint32_t, table_slot> tables;
         std::vector<waiting> held_back; // requests sent under a newer view than ours
+        bool resync_timer = false;      // reads wait for resync ticks (see table_slot)
         // Primaries whose chain this server joined (or whose keys grew) and whose copy has
         // not arrived in full yet.
         std::set<std::uint32_t> syncing;
@@ -693,7 +710,12 @@ private:
                     }
                     break;
                 case wire::message_kind::clock:
-                    on_clock(c, m, out);
+                    if ((m.header.flags & wire::flag_resent) != 0 &&
+                        (waits(m.header) || holds_back(c))) {
+                        hold_back(c, std::move(m), out); // after the pushes it follows
+                    } else {
+                        on_clock(c, m, out);
+                    }
                     break;
                 case wire::message_kind::push_reply:
                 case wire::message_kind::pull_reply:
@@ -749,11 +771,13 @@ private:
         void hold_back(const connection_ptr& c, wire::message&& m, outbox& out) {
             if (held_back.size() >= opts.max_parked ||
                 held_back_bytes + bytes_of(m) > opts.max_held_bytes) {
-                out.emplace_back(c, refusal(m.header,
-                                            m.header.kind == wire::message_kind::pull
-                                                ? wire::message_kind::pull_reply
-                                                : wire::message_kind::push_reply,
-                                            errc::backlog_full));
+                const auto k = m.header.kind;
+                out.emplace_back(
+                    c, refusal(m.header,
+                               k == wire::message_kind::pull    ? wire::message_kind::pull_reply
+                               : k == wire::message_kind::clock ? wire::message_kind::clock_reply
+                                                                : wire::message_kind::push_reply,
+                               errc::backlog_full));
                 return;
             }
             held_back_bytes += bytes_of(m);
@@ -782,7 +806,9 @@ private:
                         held_back.push_back(std::move(w));
                         continue;
                     }
-                    if (w.request.header.kind != wire::message_kind::push) {
+                    if (w.request.header.kind == wire::message_kind::clock) {
+                        on_clock(w.conn, w.request, out);
+                    } else if (w.request.header.kind != wire::message_kind::push) {
                         on_read(w.conn, std::move(w.request), out);
                     } else {
                         on_push(w.conn, std::move(w.request), out);
@@ -2094,12 +2120,28 @@ private:
                 ec = errc::stale_view;
             }
             table_slot* s = ec ? nullptr : slot(h.table_id, ec);
-            if (!ec && !s->gate.readable(range_of(h), h.clock) &&
-                s->gate.parked() >= opts.max_parked) {
+            const bool resyncing = s && h.kind == wire::message_kind::pull && h.clock != 0 &&
+                                   !s->resync_pending.empty();
+            if (!ec && (resyncing || !s->gate.readable(range_of(h), h.clock)) &&
+                s->gate.parked() + (s ? s->resync_held.size() : 0) >= opts.max_parked) {
                 ec = errc::backlog_full;
             }
             if (ec) {
                 out.emplace_back(c, refusal(h, reply_kind, ec));
+                return;
+            }
+            if (resyncing) {
+                s->resync_held.push_back(waiting{c, std::move(m)}); // see table_slot
+                if (!resync_timer) {
+                    resync_timer = true;
+                    auto t =
+                        std::make_shared<asio::steady_timer>(executor, opts.replication_timeout);
+                    t->async_wait([t, weak = self](std::error_code) {
+                        if (auto st = weak.lock()) {
+                            st->resync_overdue();
+                        }
+                    });
+                }
                 return;
             }
             if (s->gate.readable(range_of(h), h.clock)) {
@@ -2125,6 +2167,9 @@ private:
                     } else if (splits && s->gate.clock().range_count() >= max_clock_ranges) {
                         ec = errc::backlog_full; // ticks of narrow ranges cannot split forever
                     } else {
+                        if ((h.flags & wire::flag_resent) != 0 && h.view >= s->resync_view) {
+                            s->resync_pending.erase(h.worker); // it resent what it had
+                        }
                         s->gate.tick(h.worker, range_of(h), h.clock);
                         release(*s, out);
                     }
@@ -2170,13 +2215,58 @@ private:
             }
             if (only) {
                 only->gate.depart(worker);
+                only->resync_pending.erase(worker);
                 release(*only, out);
                 return;
             }
             departed_all[worker] = true;
             for (auto& [id, s] : tables) {
                 s.gate.depart(worker);
+                s.resync_pending.erase(worker);
                 release(s, out);
+            }
+        }
+
+        /// Workers whose resync ticks did not come within a replication timeout are waited
+        /// for no longer: the reads held for them are answered.
+        void resync_overdue() {
+            outbox out;
+            {
+                std::lock_guard lock(mutex);
+                resync_timer = false;
+                for (auto& [id, s] : tables) {
+                    if (s.resync_pending.empty()) {
+                        continue;
+                    }
+                    if (log) {
+                        log(log_level::warning,
+                            "petrel server " + std::to_string(opts.node_id) + ": table " +
+                                std::to_string(id) + ": " +
+                                std::to_string(s.resync_pending.size()) +
+                                " workers did not say within " +
+                                std::to_string(opts.replication_timeout.count()) +
+                                " ms that they resent their pushes of the keys this server took "
+                                "over; reads of them are answered without waiting longer");
+                    }
+                    s.resync_pending.clear();
+                    release(s, out);
+                }
+            }
+            send(out);
+        }
+
+        /// This server took keys over under a view from `since` on: every table's ordered
+        /// reads wait for a resync tick sent under such a view from each live worker (see
+        /// `table_slot`), at most a replication timeout.
+        void await_resync(std::uint64_t since) {
+            for (auto& [id, s] : tables) {
+                s.resync_view = since;
+                s.resync_pending.clear();
+                for (std::uint32_t w = 0; w < opts.workers; ++w) {
+                    if (!s.gate.departed(w)) {
+                        s.resync_pending.insert(w);
+                    }
+                }
             }
         }
 
@@ -2201,6 +2291,13 @@ private:
             }
             for (auto& w : r.reads) {
                 out.emplace_back(w.conn, answer(s, w.request));
+            }
+            if (s.resync_pending.empty() && !s.resync_held.empty()) {
+                auto held = std::move(s.resync_held);
+                s.resync_held.clear();
+                for (auto& w : held) {
+                    on_read(w.conn, std::move(w.request), out); // checked again
+                }
             }
         }
 

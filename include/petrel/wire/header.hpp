@@ -80,6 +80,9 @@ enum message_flag : std::uint8_t {
     /// push: sent again, to the new owner of its keys, after the server it went to
     /// failed; `receiver` names that server. An ordered push whose clock the new owner
     /// already received combined from that server is acknowledged and dropped.
+    /// clock: the worker's newest tick again, sent once it has resent (after them, on
+    /// the same link) what it retained when the keys' placement changed in view `view`;
+    /// a server that took keys over answers ordered reads once every live worker's came.
     flag_resent = 128,
 };
 
