@@ -506,6 +506,25 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
     conn->send(worker_return(3, 2, stranger));
     CHECK(status_of_message(ev, 2) == static_cast<std::uint32_t>(petrel::errc::invalid_argument));
 
+    // The job's own manager moves a live node that registers again to its new
+    // connection, where it asks again for what it waited for.
+    auto first_wait = w0->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK(first_wait.wait_for(100ms) == std::future_status::timeout);
+    std::promise<petrel::connection_ptr> again;
+    t.async_connect(j.root, ev.handlers(),
+                    [&](std::error_code, petrel::connection_ptr c) { again.set_value(c); });
+    auto moved = again.get_future().get();
+    REQUIRE(moved);
+    moved->send(worker_return(2, 1, v));
+    CHECK(status_of_message(ev, 3) == 0);
+    auto other = w1->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK(other.wait_for(300ms) == std::future_status::timeout); // worker 2 has not asked
+    petrel::detail::control_body bar;
+    bar.op = petrel::detail::control_op::barrier;
+    bar.barrier_group = petrel::group::workers;
+    moved->send(petrel::detail::make_control(bar));
+    CHECK(status_of_message(ev, 4) == 0);
+    CHECK_FALSE(code_of(other));
     // The job's own manager tells a node it declared failed that it may only join anew.
     w1->close();
     const auto deadline = std::chrono::steady_clock::now() + petrel::test::timeout;
@@ -518,8 +537,20 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
                     [&](std::error_code, petrel::connection_ptr c) { to_root.set_value(c); });
     auto root_conn = to_root.get_future().get();
     REQUIRE(root_conn);
+    const auto before = ev.message_count(); // views the moved node was sent come too
     root_conn->send(worker_return(3, 2, v));
-    CHECK(status_of_message(ev, 3) == static_cast<std::uint32_t>(petrel::errc::node_failed));
+    std::uint32_t refused = 0;
+    const auto until = std::chrono::steady_clock::now() + petrel::test::timeout;
+    while (refused == 0 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(10ms);
+        std::lock_guard lock(ev.mutex);
+        for (std::size_t i = before; i < ev.messages.size(); ++i) {
+            if (ev.messages[i].header.kind == petrel::wire::message_kind::control_reply) {
+                refused = ev.messages[i].header.status;
+            }
+        }
+    }
+    CHECK(refused == static_cast<std::uint32_t>(petrel::errc::node_failed));
     t.close();
     next.close();
 }

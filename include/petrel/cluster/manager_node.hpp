@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,7 +56,8 @@ struct manager_options {
     /// it had left: its share of each data set goes to the other workers of its group,
     /// the tables' clocks and barriers stop waiting for it, and the job goes on without
     /// the updates it had not pushed. The paper's choice for workers, where losing a
-    /// little of the data rarely matters. By default a failed worker fails the job.
+    /// little of the data rarely matters. By default a failed worker fails the job. The
+    /// policy is the job's, in its view: a manager that takes the job over keeps it.
     bool drop_failed_workers = false;
     /// How keys are placed on the servers.
     ring_options ring{};
@@ -545,7 +547,15 @@ private:
                        std::vector<std::function<void(std::error_code)>>& done) {
             const membership_view* held = b.view ? &*b.view : nullptr;
             const node_info* me = held ? held->find(b.id) : nullptr;
-            if (!held || held->job_id != opts.job_id || !me || me->role != b.role ||
+            bool placed = held && !held->ring.empty() &&
+                          held->version < std::numeric_limits<std::uint64_t>::max() / 2;
+            if (placed) {
+                for (const auto owner : held->ring.owner_table()) {
+                    const auto* n = held->find(owner);
+                    placed = placed && n && n->role == node_role::server;
+                }
+            }
+            if (!placed || held->job_id != opts.job_id || !me || me->role != b.role ||
                 me->role == node_role::manager ||
                 (b.role == node_role::server && (me->address != b.address || b.secret == 0))) {
                 out.push_back({c, refusal(h, errc::invalid_argument,
@@ -566,6 +576,19 @@ private:
                     return;
                 }
                 auto& mem = members[b.id];
+                // What it waited for on its old connection it asks for again on this one.
+                for (auto& bar : barriers) {
+                    if (bar.arrived.erase(b.id) != 0) {
+                        std::erase_if(bar.waiting,
+                                      [&](const waiting_barrier& w) { return w.conn == mem.conn; });
+                    }
+                }
+                for (auto& [name, st] : schedules) {
+                    if (auto w = st.waiting.find(b.id);
+                        w != st.waiting.end() && w->second.conn == mem.conn) {
+                        st.waiting.erase(w);
+                    }
+                }
                 by_conn.erase(mem.conn.get());
                 mem = {c, clock::now()};
                 by_conn[c.get()] = b.id;

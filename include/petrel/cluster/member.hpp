@@ -655,20 +655,37 @@ private:
         /// grace time (none: the manager is lost at once). Pushes and pulls do not need
         /// the manager and go on meanwhile.
         void orphan(const std::string& why) {
+            std::vector<parked_request> stranded;
+            std::string failed_job;
             {
                 std::lock_guard lock(mutex);
-                if (closed || orphaned || !heartbeating) {
+                if (closed || orphaned) {
                     return;
                 }
-                if (opts.manager_grace.count() > 0 && id != no_node) {
-                    orphaned = true;
-                    heartbeating = false;
-                    timer.cancel();
-                    orphan_deadline = clock::now() + opts.manager_grace;
+                if (!heartbeating) {
+                    // It left (or is leaving) meanwhile: nobody will send what waits.
+                    stranded.swap(parked);
+                } else {
+                    failed_job = view ? view->failures() : std::string{};
+                    if (opts.manager_grace.count() > 0 && id != no_node && failed_job.empty()) {
+                        orphaned = true;
+                        heartbeating = false;
+                        timer.cancel();
+                        orphan_deadline = clock::now() + opts.manager_grace;
+                    }
                 }
             }
+            for (auto& p : stranded) {
+                p.done(make_error_code(errc::connection_closed), wire::message{});
+            }
+            if (!stranded.empty()) {
+                return;
+            }
             if (!is_orphaned()) {
-                lost(errc::manager_unreachable, why);
+                // No looking: none asked for, or the job has failed already (its manager
+                // stops once its own nodes are done).
+                lost(errc::manager_unreachable,
+                     failed_job.empty() ? why : why + "; the job had failed: " + failed_job);
                 return;
             }
             report(log_level::warning,
@@ -818,8 +835,9 @@ private:
                 [weak, l, b = std::move(b), timeout,
                  done = std::move(done)](std::error_code ec, wire::message&& reply) mutable {
                     if (auto self = weak.lock()) {
-                        if (ec == errc::shut_down && !self->is_closed() &&
-                            self->current_link() != l) {
+                        const bool moved_on = self->current_link() != l || self->is_orphaned();
+                        if ((ec == errc::shut_down || ec == errc::timed_out) &&
+                            !self->is_closed() && moved_on) {
                             // Still waiting at a manager this node has left behind (one
                             // that stopped answering): ask the one that took over.
                             self->send(std::move(b), timeout, std::move(done));

@@ -547,6 +547,7 @@ private:
         // it resends here, so until all have, a clock read here could miss some of them:
         // ordered reads wait in `resync_held`.
         std::uint64_t resync_view = 0;
+        std::chrono::steady_clock::time_point resync_since{};
         std::set<std::uint32_t> resync_pending;
         std::vector<waiting> resync_held;
     };
@@ -833,6 +834,7 @@ private:
                 slot.gate.remove_if([&](const waiting& w) {
                     return w.conn == c && w.request.header.kind != wire::message_kind::push;
                 });
+                std::erase_if(slot.resync_held, [&](const waiting& w) { return w.conn == c; });
             }
         }
 
@@ -2134,13 +2136,8 @@ private:
                 s->resync_held.push_back(waiting{c, std::move(m)}); // see table_slot
                 if (!resync_timer) {
                     resync_timer = true;
-                    auto t =
-                        std::make_shared<asio::steady_timer>(executor, opts.replication_timeout);
-                    t->async_wait([t, weak = self](std::error_code) {
-                        if (auto st = weak.lock()) {
-                            st->resync_overdue();
-                        }
-                    });
+                    arm_resync_timer(opts.replication_timeout -
+                                     (std::chrono::steady_clock::now() - s->resync_since));
                 }
                 return;
             }
@@ -2234,8 +2231,17 @@ private:
             {
                 std::lock_guard lock(mutex);
                 resync_timer = false;
+                const auto now = std::chrono::steady_clock::now();
+                std::chrono::steady_clock::duration next = opts.replication_timeout;
                 for (auto& [id, s] : tables) {
                     if (s.resync_pending.empty()) {
+                        continue;
+                    }
+                    if (const auto waited = now - s.resync_since;
+                        waited < opts.replication_timeout) {
+                        // A later takeover: its own time to wait.
+                        next = std::min(next, opts.replication_timeout - waited);
+                        resync_timer = resync_timer || !s.resync_held.empty();
                         continue;
                     }
                     if (log) {
@@ -2251,8 +2257,21 @@ private:
                     s.resync_pending.clear();
                     release(s, out);
                 }
+                if (resync_timer) {
+                    arm_resync_timer(next);
+                }
             }
             send(out);
+        }
+
+        /// Calls resync_overdue() after `after`.
+        void arm_resync_timer(std::chrono::steady_clock::duration after) {
+            auto t = std::make_shared<asio::steady_timer>(executor, after);
+            t->async_wait([t, weak = self](std::error_code) {
+                if (auto st = weak.lock()) {
+                    st->resync_overdue();
+                }
+            });
         }
 
         /// This server took keys over under a view from `since` on: every table's ordered
@@ -2261,6 +2280,7 @@ private:
         void await_resync(std::uint64_t since) {
             for (auto& [id, s] : tables) {
                 s.resync_view = since;
+                s.resync_since = std::chrono::steady_clock::now();
                 s.resync_pending.clear();
                 for (std::uint32_t w = 0; w < opts.workers; ++w) {
                     if (!s.gate.departed(w)) {
