@@ -38,6 +38,36 @@ petrel::member_options worker_at(std::string root, bool server = false) {
     return o;
 }
 
+/// Job "job-m" of one server and one worker on loopback; `join` adds the worker (with
+/// options `o`) and the server, and joins both.
+struct small_job {
+    small_job() {
+        t.log = logs.logger();
+        manager = std::make_unique<petrel::manager_node>(
+            petrel::tcp_transport(io.executor(), t),
+            petrel::manager_options{.job_id = "job-m", .servers = 1, .workers = 1});
+        root = manager->listen("127.0.0.1:0");
+    }
+
+    void join(const petrel::member_options& o) {
+        w = std::make_unique<petrel::member>(petrel::tcp_transport(io.executor(), t), o);
+        s = std::make_unique<petrel::member>(petrel::tcp_transport(io.executor(), t),
+                                             worker_at(root, true));
+        auto fw = w->async_join(asio::use_future);
+        auto fs = s->async_join(asio::use_future);
+        REQUIRE_FALSE(code_of(fw));
+        REQUIRE_FALSE(code_of(fs));
+    }
+
+    log_capture logs;
+    io_threads io{2};
+    petrel::transport_options t;
+    std::unique_ptr<petrel::manager_node> manager;
+    std::string root;
+    std::unique_ptr<petrel::member> w;
+    std::unique_ptr<petrel::member> s;
+};
+
 } // namespace
 
 TEST_CASE("member: an unreachable root fails the join after the startup timeout",
@@ -78,22 +108,12 @@ TEST_CASE("member: a root that comes up late is joined", "[cluster][member]") {
 }
 
 TEST_CASE("member: a lost manager ends every wait with an error", "[cluster][member]") {
-    log_capture logs;
-    io_threads io{2};
-    petrel::transport_options t;
-    t.log = logs.logger();
-    auto manager = std::make_unique<petrel::manager_node>(
-        petrel::tcp_transport(io.executor(), t),
-        petrel::manager_options{.job_id = "job-m", .servers = 1, .workers = 1});
-    const auto root = manager->listen("127.0.0.1:0");
-    auto o = worker_at(root);
+    small_job job;
+    auto o = worker_at(job.root);
     o.manager_grace = 0ms; // no looking for another manager
-    petrel::member w(petrel::tcp_transport(io.executor(), t), o);
-    petrel::member s(petrel::tcp_transport(io.executor(), t), worker_at(root, true));
-    auto fw = w.async_join(asio::use_future);
-    auto fs = s.async_join(asio::use_future);
-    REQUIRE_FALSE(code_of(fw));
-    REQUIRE_FALSE(code_of(fs));
+    job.join(o);
+    auto& w = *job.w;
+    auto& manager = job.manager;
     auto waiting = w.async_barrier(petrel::group::all, asio::use_future);
     CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
     manager->close();
@@ -114,23 +134,13 @@ TEST_CASE("member: a lost manager ends every wait with an error", "[cluster][mem
 TEST_CASE("member: a node that lost its manager looks for one for the grace time, then every "
           "wait ends",
           "[cluster][member]") {
-    log_capture logs;
-    io_threads io{2};
-    petrel::transport_options t;
-    t.log = logs.logger();
-    auto manager = std::make_unique<petrel::manager_node>(
-        petrel::tcp_transport(io.executor(), t),
-        petrel::manager_options{.job_id = "job-m", .servers = 1, .workers = 1});
-    const auto root = manager->listen("127.0.0.1:0");
-    auto o = worker_at(root);
+    small_job job;
+    auto o = worker_at(job.root);
     o.manager_grace = 1500ms;
     o.standby = {"127.0.0.1:" + std::to_string(free_port())}; // nobody there either
-    petrel::member w(petrel::tcp_transport(io.executor(), t), o);
-    petrel::member s(petrel::tcp_transport(io.executor(), t), worker_at(root, true));
-    auto fw = w.async_join(asio::use_future);
-    auto fs = s.async_join(asio::use_future);
-    REQUIRE_FALSE(code_of(fw));
-    REQUIRE_FALSE(code_of(fs));
+    job.join(o);
+    auto& w = *job.w;
+    auto& manager = job.manager;
     auto waiting = w.async_barrier(petrel::group::all, asio::use_future);
     CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
     const auto lost_at = std::chrono::steady_clock::now();
@@ -146,7 +156,7 @@ TEST_CASE("member: a node that lost its manager looks for one for the grace time
     CHECK(code_of(later) == petrel::errc::manager_unreachable);
     CHECK(std::chrono::steady_clock::now() - lost_at >= 1500ms);
     CHECK_THAT(w.failure(), Catch::Contains("no manager took job 'job-m' over"));
-    CHECK_THAT(logs.all(), Catch::Contains("looks for a manager"));
+    CHECK_THAT(job.logs.all(), Catch::Contains("looks for a manager"));
     auto after = w.async_barrier(petrel::group::all, asio::use_future);
     CHECK(code_of(after) == petrel::errc::manager_unreachable);
 }
