@@ -456,6 +456,12 @@ private:
                 return;
             }
             if (ph == phase::standby) {
+                if (held_joins.size() >= detail::max_view_nodes) {
+                    out.push_back({c, refusal(h, errc::job_full,
+                                              "this manager holds no more joins until it "
+                                              "takes the job over")});
+                    return;
+                }
                 held_joins.push_back({c, h, std::move(b)}); // once the job is taken over
                 return;
             }
