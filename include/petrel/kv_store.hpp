@@ -466,10 +466,13 @@ public:
         }
         std::vector<task<void>> deps;
         clock_type n = 0;
+        clock_type base = 0; // the adopted job clock `n` counts from
+        bool first = false;
         {
             std::lock_guard lock(clock_->mutex);
             n = ++clock_->current;
-            clock_->started.store(true, std::memory_order_release);
+            base = clock_->base;
+            first = !clock_->started.exchange(true, std::memory_order_acq_rel);
             deps = std::move(clock_->pushes);
             clock_->pushes.clear();
             if (clock_->last_tick.valid()) {
@@ -489,10 +492,28 @@ public:
                 clock_->ticks.emplace(n, tick);
             }
         }
+        if (first) {
+            // Nothing told this worker its clock yet: a worker that joined the running
+            // job learns the job's from the servers before its first tick (see
+            // `worker_clock::adopt_first_tick`). A failed question changes nothing.
+            auto [asked, settle] = make_task<void>();
+            broadcast(pipe_, current_placement(), tick_request(0, 0),
+                      [clk = clock_, worker = opts_.worker](const wire::message& m) {
+                          clk->adopt_first_tick(worker, m.header.clocks);
+                      })
+                .on_complete(
+                    [settle = std::move(settle)](std::error_code) { settle.complete({}); });
+            deps.push_back(std::move(asked));
+        }
         auto request = tick_request(n, 0);
         after(when_all(std::move(deps)), [pipe = pipe_, weak = std::weak_ptr<shared>(shared_),
-                                          where = current_placement(),
+                                          where = current_placement(), clk = clock_,
+                                          counted = n - base,
                                           request = std::move(request)]() mutable {
+            {
+                std::lock_guard lock(clk->mutex); // counted before or after an adopted start
+                request.header.clock = counted + clk->base;
+            }
             // The servers of the view at the time of sending: one that joined since the
             // call was told of the clocks sent before it (`sync_ticks`), and gets this one.
             // (Those of the call's time once the store is gone.)
@@ -1878,7 +1899,8 @@ private:
     /// answered (with the first error).
     static task<void> broadcast(const std::shared_ptr<pipeline>& pipe,
                                 const std::shared_ptr<const placement>& where,
-                                wire::message request) {
+                                wire::message request,
+                                std::function<void(const wire::message&)> seen = {}) {
         // Servers the view declared failed (their links are closed) are skipped.
         std::vector<std::size_t> live;
         if (where) {
@@ -1894,11 +1916,14 @@ private:
             auto [answer, completer] = make_task<void>();
             send_resilient(pipe, where->links[i], nullptr,
                            make_resilient(*pipe, where->servers[i], request,
-                                          [answered = std::move(completer)](std::error_code ec,
-                                                                            wire::message&& reply) {
+                                          [answered = std::move(completer),
+                                           seen](std::error_code ec, wire::message&& reply) {
                                               if (!ec && reply.header.kind !=
                                                              wire::message_kind::clock_reply) {
                                                   ec = errc::bad_message_kind;
+                                              }
+                                              if (!ec && seen) {
+                                                  seen(reply);
                                               }
                                               answered.complete(ec);
                                           }));

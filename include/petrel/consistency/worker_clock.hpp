@@ -46,13 +46,8 @@ struct worker_clock {
         if (started.load(std::memory_order_acquire)) {
             return; // the usual case, without a lock
         }
-        std::uint64_t start = departed_clock;
-        for (const auto& e : clocks) {
-            if (e.worker == worker) {
-                start = std::min(start, e.clock);
-            }
-        }
-        if (start == 0 || start == departed_clock) {
+        const auto start = reported_start(worker, clocks);
+        if (start == 0) {
             return;
         }
         std::lock_guard lock(mutex);
@@ -62,9 +57,49 @@ struct worker_clock {
         started.store(true, std::memory_order_release);
     }
 
+    /// The job's clock this worker adopted when its first call was `clock()` (0 when it
+    /// adopted none that way): its ticks count from there (see `adopt_first_tick`).
+    clock_type base = 0;
+
+    /// For a worker whose first call is `clock()`: before its first tick goes out it asks
+    /// the servers its clock (a tick of 0, which changes nothing), and the first reply
+    /// that reports one (a worker that joined late, admitted at the clock every live
+    /// worker had completed) moves its clock, and the ticks it counted before, on by that
+    /// much. A tick's clock is translated when it is sent (`base`), so ticks counted
+    /// before the answer carry the job's clock too.
+    void adopt_first_tick(std::uint32_t worker, const std::vector<clock_entry>& clocks) {
+        const auto start = reported_start(worker, clocks);
+        if (start == 0) {
+            return;
+        }
+        std::lock_guard lock(mutex);
+        if (base != 0) {
+            return; // another server answered first
+        }
+        base = start;
+        current += start;
+        std::map<clock_type, task<void>> moved;
+        for (auto& [n, t] : ticks) {
+            moved.emplace(n + start, std::move(t));
+        }
+        ticks = std::move(moved);
+    }
+
     /// Set once this worker's clock is its own: after its first tick, or once it adopted
     /// the job's clock.
     std::atomic<bool> started{false};
+
+    /// The clock `clocks` (a server's reply) report for `worker` on every key they cover,
+    /// or 0 when they name none (or it left).
+    static clock_type reported_start(std::uint32_t worker, const std::vector<clock_entry>& clocks) {
+        clock_type start = departed_clock;
+        for (const auto& e : clocks) {
+            if (e.worker == worker) {
+                start = std::min(start, e.clock);
+            }
+        }
+        return start == departed_clock ? 0 : start;
+    }
 };
 
 } // namespace petrel::detail
