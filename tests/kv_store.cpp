@@ -1224,15 +1224,49 @@ TEMPLATE_TEST_CASE("kv_store: a server hands its keys over and leaves during tra
     CHECK(job.members[1]->view()->find(job.members[1]->id())->state == petrel::node_state::left);
 }
 
-TEST_CASE("kv_store: a server whose keys have no other copy cannot leave", "[fault]") {
-    failover_job job(2, 1, 0);
+TEMPLATE_TEST_CASE("kv_store: a server without replicas hands its keys over and leaves during "
+                   "training, every update once",
+                   "[fault]", petrel::sequential, petrel::eventual, (petrel::bounded_delay<1>)) {
+    failover_job job(3, 2, 0);
+    // Server 2 copies its partitions to the two others, which take them over; it sends
+    // its last updates and the end of its ownership, then leaves and closes.
+    std::string blocker = "not asked";
+    std::error_code left = petrel::errc::timed_out;
+    CHECK(train_through<TestType>(job, [&] {
+              blocker = job.servers[1]->hand_over_blocker();
+              left = petrel::retire_server(*job.members[1], *job.servers[1], 20s);
+              job.servers[1]->close();
+          }) == 0);
+    CHECK(blocker.empty());
+    CHECK_FALSE(left);
+    const auto v = job.members[0]->view();
+    CHECK(v->find(job.members[1]->id())->state == petrel::node_state::left);
+    CHECK(v->failures().empty());
+    CHECK_FALSE(v->ring.holds(job.members[1]->id()));
+    CHECK(v->next_ring.empty());
+    std::map<petrel::node_id, int> held; // its 21 partitions went to the two others evenly
+    for (std::uint32_t p = 0; p < v->ring.options().partitions; ++p) {
+        ++held[v->ring.owners(p)[0]];
+    }
+    CHECK(held.size() == 2);
+    for (const auto& [id, n] : held) {
+        CHECK(n >= 31);
+        CHECK(n <= 33);
+    }
+    const auto logs = job.logs.all();
+    CHECK_THAT(logs, Catch::Contains("hands its key partitions over to the other servers"));
+    CHECK_THAT(logs, Catch::Contains("copied its key partitions to the other servers"));
+    CHECK_THAT(logs, Catch::Contains("left; it had handed its key partitions over"));
+    CHECK_THAT(logs, !Catch::Contains("failed: ") && !Catch::Contains("are lost"));
+}
+
+TEST_CASE("kv_store: the last server cannot leave: its keys have no other copy", "[fault]") {
+    failover_job job(1, 1, 0);
     petrel::kv_store<key_t64, float, petrel::eventual> kv(*job.workers[0]);
     std::vector<key_t64> keys(500);
     std::iota(keys.begin(), keys.end(), key_t64{0});
     const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
     kv.push(keys, ones, asio::use_future).get();
-    // The server knows it may not leave: its table has no copy elsewhere.
-    CHECK_THAT(job.servers[0]->hand_over_blocker(), Catch::Contains("keeps no copy"));
     try {
         job.members[0]->async_retire(asio::use_future).get();
         FAIL("a server left with keys nobody else holds");

@@ -167,6 +167,38 @@ TEST_CASE("ring: failover of every copy of a partition lists it as lost", "[clus
     CHECK(f.ring.holds(2));                // lost partitions still name their owner
 }
 
+TEST_CASE("ring: a server without replicas hands its partitions over evenly, moving no other",
+          "[cluster]") {
+    const std::vector<petrel::node_id> servers{1, 2, 3, 4};
+    const auto r = petrel::ring::balanced({.partitions = 64}, servers);
+    const std::vector<petrel::node_id> live{1, 2, 4};
+    const auto h = r.handed_over(3, live);
+    std::map<petrel::node_id, int> held;
+    int moved = 0;
+    for (std::uint32_t p = 0; p < 64; ++p) {
+        INFO("partition " << p);
+        ++held[h.owners(p)[0]];
+        if (r.owners(p)[0] == 3) {
+            ++moved;
+        } else {
+            CHECK(h.owners(p)[0] == r.owners(p)[0]);
+        }
+    }
+    CHECK(moved == 16);
+    CHECK_FALSE(h.holds(3));
+    CHECK(held.size() == 3);
+    for (const auto id : live) {
+        CHECK(held[id] >= 21);
+        CHECK(held[id] <= 22);
+    }
+    CHECK(h.partition_of(std::uint64_t{999}) == r.partition_of(std::uint64_t{999}));
+    // Nobody to hand over to, the leaving server among the live, or replicas: refused.
+    CHECK_THROWS_AS(r.handed_over(3, std::vector<petrel::node_id>{}), std::invalid_argument);
+    CHECK_THROWS_AS(r.handed_over(3, servers), std::invalid_argument);
+    const auto k1 = petrel::ring::balanced({.partitions = 64, .replicas = 1}, servers);
+    CHECK_THROWS_WITH(k1.handed_over(3, live), Catch::Contains("failover"));
+}
+
 TEST_CASE("ring: joining servers take an even share, moving the fewest partitions", "[cluster]") {
     const std::vector<petrel::node_id> live{1, 2, 3};
     const auto r = petrel::ring::balanced({.partitions = 64, .replicas = 1}, live);

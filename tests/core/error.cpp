@@ -25,6 +25,7 @@ const std::vector<errc> all_errors{
     errc::too_many_tables,     errc::unknown_function,    errc::checkpoint_failed,
     errc::malformed_payload,   errc::key_cache_miss,      errc::read_only,
     errc::stale_view,          errc::data_lost,           errc::not_permitted,
+    errc::in_progress,
 };
 
 } // namespace

@@ -269,6 +269,9 @@ private:
         std::vector<node_id> entering;
         std::set<node_id> ready;
         std::uint64_t planned_at = 0;
+        // The server handing its partitions over to the others before it leaves (a ring
+        // without replicas), from the view that plans it until it has left.
+        node_id handing = no_node;
         // Servers that left with `retire`, by connection: asked again (their first answer
         // was lost or late), they get the same answer.
         std::map<const connection*, node_id> retired;
@@ -739,11 +742,21 @@ private:
             entering.clear();
             ready.clear();
             planned_at = 0;
+            handing = no_node;
             if (!v->next_ring.empty()) {
                 for (const auto& n : v->nodes) {
                     if (n.role == node_role::server && n.state == node_state::alive &&
                         v->next_ring.holds(n.id) && !v->ring.holds(n.id)) {
                         entering.push_back(n.id);
+                    }
+                }
+                // Or a server was handing its partitions over: it reports its copies again.
+                for (const auto& n : v->nodes) {
+                    if (entering.empty() && n.role == node_role::server &&
+                        n.state == node_state::alive && v->ring.holds(n.id) &&
+                        !v->next_ring.holds(n.id)) {
+                        handing = n.id;
+                        planned_at = v->version;
                     }
                 }
             }
@@ -903,6 +916,9 @@ private:
                 const auto* n = v.find(id);
                 return !n || n->state != node_state::alive;
             });
+            if (handing != no_node) {
+                return; // joiners wait until the server handing its partitions over left
+            }
             std::vector<node_id> live;
             for (const auto& n : v.nodes) {
                 if (n.role == node_role::server && n.state == node_state::alive &&
@@ -949,10 +965,14 @@ private:
                       std::vector<outgoing>& out) {
             auto it = by_conn.find(c.get());
             const node_id id = it == by_conn.end() ? no_node : it->second;
+            if (id != no_node && id == handing) {
+                handed_over(c, h, version, out);
+                return;
+            }
             if (std::find(entering.begin(), entering.end(), id) == entering.end()) {
                 out.push_back({c, refusal(h, errc::invalid_argument,
-                                          "only a server joining the running job reports "
-                                          "its copies")});
+                                          "only a server joining the running job, or one "
+                                          "handing its partitions over, reports its copies")});
                 return;
             }
             if (version >= planned_at && !view->next_ring.empty()) {
@@ -981,6 +1001,77 @@ private:
             view = v;
             broadcast(out);
             report(log_level::info, who + " took over its share of the key partitions");
+        }
+
+        /// The server handing its partitions over copied them all to their new owners
+        /// under view `version`: the next view makes those their primaries. The server
+        /// then sends them its last updates and the end of its ownership, and asks to
+        /// leave again (`on_retire`).
+        void handed_over(const connection_ptr& c, const wire::message_header& h,
+                         std::uint64_t version, std::vector<outgoing>& out) {
+            control_body b;
+            b.op = control_op::ready;
+            b.version = view->version;
+            out.push_back({c, detail::make_control(b, &h)});
+            if (version < planned_at || view->next_ring.empty()) {
+                return; // an older plan's copies, or the switch was made already
+            }
+            auto v = std::make_shared<membership_view>(*view);
+            v->ring = std::move(v->next_ring);
+            v->next_ring = ring{};
+            ++v->version;
+            view = v;
+            broadcast(out);
+            report(log_level::info, view->find(handing)->describe() +
+                                        " copied its key partitions to the other servers, "
+                                        "which now hold them");
+        }
+
+        /// Server `n` asks to leave and its partitions have no other copy, in a ring
+        /// without replicas: the view plans their hand-over to the servers `live`
+        /// (`ring::handed_over`, in `next_ring`), and the server is told to copy them
+        /// (`errc::in_progress`). Asked again before it has, the same answer; one server
+        /// at a time, and not while servers join.
+        void plan_hand_over(const connection_ptr& c, const wire::message_header& h,
+                            const node_info& n, const std::vector<node_id>& live,
+                            std::vector<outgoing>& out) {
+            std::string why;
+            if (handing != no_node && handing != n.id) {
+                why = view->find(handing)->describe() +
+                      " is handing its partitions over; ask again once it has left";
+            } else if (!entering.empty()) {
+                why = "servers are joining the job; ask again once they hold their partitions";
+            }
+            ring next;
+            if (why.empty() && handing != n.id) {
+                try {
+                    next = view->ring.handed_over(n.id, live);
+                } catch (const std::invalid_argument& e) {
+                    why = e.what();
+                }
+            }
+            if (!why.empty()) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          n.describe() + " cannot leave yet: " + why)});
+                return;
+            }
+            if (handing != n.id) {
+                handing = n.id;
+                auto v = std::make_shared<membership_view>(*view);
+                v->next_ring = std::move(next);
+                ++v->version;
+                planned_at = v->version;
+                ready.clear();
+                view = v;
+                broadcast(out);
+                report(log_level::info, n.describe() +
+                                            " hands its key partitions over to the other servers "
+                                            "before it leaves (no replica holds them)");
+            }
+            out.push_back({c, refusal(h, errc::in_progress,
+                                      n.describe() + " hands its key partitions over first: it "
+                                                     "copies them, reports it "
+                                                     "(member::async_ready) and asks again")});
         }
 
         // ---- the scheduler -----------------------------------------------------------
@@ -1271,7 +1362,11 @@ private:
             if (!g.empty()) {
                 reschedule(*v, g);
             }
-            if (is_joining(id)) {
+            if (id == handing) {
+                handing = no_node;
+                v->next_ring = ring{};
+                plan_joins(*v);
+            } else if (is_joining(id)) {
                 plan_joins(*v);
             }
             view = v;
@@ -1323,6 +1418,10 @@ private:
                 }
             }
             auto f = view->ring.failover(live);
+            if (!live.empty() && !f.lost.empty() && view->ring.options().replicas == 0) {
+                plan_hand_over(c, h, *n, live, out);
+                return;
+            }
             if (live.empty() || !f.lost.empty()) {
                 out.push_back(
                     {c, refusal(h, errc::invalid_argument,
@@ -1345,6 +1444,10 @@ private:
             }
             ++v->version;
             v->ring = std::move(f.ring);
+            const bool handed = handing == id; // its partitions went to the others before
+            if (handed) {
+                handing = no_node;
+            }
             plan_joins(*v);
             view = v;
             control_body b;
@@ -1353,10 +1456,12 @@ private:
             b.view = *v; // the server learns it holds no keys any more
             out.push_back({c, detail::make_control(b, &h)});
             broadcast(out);
-            report(log_level::info, view->find(id)->describe() +
-                                        " left; its key ranges moved to their replicas (" +
-                                        std::to_string(v->ring.options().replicas) +
-                                        " copies besides each primary)");
+            report(log_level::info,
+                   view->find(id)->describe() +
+                       (handed ? " left; it had handed its key partitions over"
+                               : " left; its key ranges moved to their replicas (" +
+                                     std::to_string(v->ring.options().replicas) +
+                                     " copies besides each primary)"));
             for (auto bg : {group::all, group::servers, group::workers}) {
                 try_release(bg, out);
             }
@@ -1386,6 +1491,10 @@ private:
                 reschedule(*v, g);
             }
             std::string failover;
+            if (role == node_role::server && handing != no_node) {
+                handing = no_node; // the plan no longer holds: the server may ask again
+                v->next_ring = ring{};
+            }
             if (role == node_role::server && !v->ring.empty()) {
                 failover = fail_over(*v, id);
             }

@@ -920,7 +920,10 @@ private:
             send(b, opts.heartbeat_timeout,
                  [weak, done = std::move(done)](std::error_code ec, wire::message&& m) {
                      if (auto self = weak.lock()) {
-                         if (ec) {
+                         if (ec == errc::in_progress) {
+                             // A server without replicas hands its partitions over first.
+                             self->report(log_level::info, reason(ec, m));
+                         } else if (ec) {
                              // Refused or not answered: the node stays in the job.
                              self->report(log_level::warning,
                                           "could not leave the job: " + reason(ec, m));

@@ -9,10 +9,13 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <queue>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace petrel {
@@ -114,6 +117,14 @@ public:
     /// Needs `replicas` below the number of servers. @throws std::invalid_argument
     [[nodiscard]] ring joined(std::span<const node_id> live,
                               std::span<const node_id> joiners) const;
+
+    /// The ring once server `leaving` hands its partitions over to the servers `live`
+    /// (the other live servers of this ring), for a ring without replicas (with replicas,
+    /// a leaving server's partitions move to a replica: `failover`): each of its
+    /// partitions goes to the live server that holds the fewest at that point (the
+    /// earliest of `live` on a tie), so the load stays even and nothing else moves.
+    /// @throws std::invalid_argument with replicas, or with no live server besides it
+    [[nodiscard]] ring handed_over(node_id leaving, std::span<const node_id> live) const;
 
     [[nodiscard]] const ring_options& options() const noexcept { return opts_; }
 
@@ -307,6 +318,43 @@ inline ring ring::joined(std::span<const node_id> live, std::span<const node_id>
             static_cast<std::size_t>(std::find(all.begin(), all.end(), to) - all.begin());
         for (std::size_t j = 0; j < n; ++j) {
             owners[std::size_t{p} * n + j] = all[(at + j) % all.size()];
+        }
+    }
+    return ring(opts_, std::move(owners));
+}
+
+inline ring ring::handed_over(node_id leaving, std::span<const node_id> live) const {
+    if (opts_.replicas != 0) {
+        throw std::invalid_argument("petrel::ring: a hand-over moves the partitions of a ring "
+                                    "without replicas; with " +
+                                    std::to_string(opts_.replicas) +
+                                    " they move to a replica (failover)");
+    }
+    if (owners_.empty() || live.empty() ||
+        std::find(live.begin(), live.end(), leaving) != live.end()) {
+        throw std::invalid_argument("petrel::ring: server " + std::to_string(leaving) +
+                                    " hands its partitions over to other live servers, and "
+                                    "there are none");
+    }
+    // (partitions held, position in `live`): the smallest gets the next partition.
+    std::vector<std::uint32_t> held(live.size(), 0);
+    for (const auto id : owners_) {
+        if (const auto it = std::find(live.begin(), live.end(), id); it != live.end()) {
+            ++held[static_cast<std::size_t>(it - live.begin())];
+        }
+    }
+    using load = std::pair<std::uint32_t, std::size_t>;
+    std::priority_queue<load, std::vector<load>, std::greater<>> least;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+        least.emplace(held[i], i);
+    }
+    std::vector<node_id> owners = owners_;
+    for (auto& owner : owners) {
+        if (owner == leaving) {
+            auto [count, at] = least.top();
+            least.pop();
+            owner = live[at];
+            least.emplace(count + 1, at);
         }
     }
     return ring(opts_, std::move(owners));

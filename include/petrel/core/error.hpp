@@ -59,10 +59,12 @@ enum class errc : int {
     stale_view,
     data_lost,
     not_permitted,
+    // Elasticity.
+    in_progress,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::not_permitted;
+inline constexpr errc last_errc = errc::in_progress;
 
 namespace detail {
 
@@ -174,6 +176,10 @@ public:
         case errc::not_permitted:
             return "the request may only come from a server of the job (a replica update "
                    "without the job's server secret): nothing was applied";
+        case errc::in_progress:
+            return "the change asked for has begun and takes more steps (a server without "
+                   "replicas hands its key partitions over before it leaves): ask again once "
+                   "they are done";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

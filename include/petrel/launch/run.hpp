@@ -68,21 +68,31 @@ namespace detail {
     }
 }
 
+} // namespace detail
+
+[[nodiscard]] inline std::error_code retire_server(member& m, const server_node& server,
+                                                   std::chrono::milliseconds patience);
+
+namespace detail {
+
 /// SIGTERM to a process that hosts only servers (what `kill`, Kubernetes and most
 /// schedulers send before they stop a process): its servers leave one at a time
-/// (`member::async_retire`), each once it may (`server_node::hand_over_blocker`: its
-/// last copy down its chain is acknowledged, every table it holds keeps a copy
-/// elsewhere). A server the manager let go is `retired`; one that may not leave, or
-/// that the manager refused (its keys have no other live copy), says why and keeps
-/// serving, and a later SIGTERM asks again. Stops listening when destroyed.
+/// (`retire_server`), each once it may (`server_node::hand_over_blocker`: its last copy
+/// down its chain is acknowledged, every table it holds keeps a copy elsewhere or the
+/// ring has no replicas). With replicas a server's partitions move to them; without,
+/// it hands them over first, within `hand_over`. A server the manager let go is
+/// `retired`; one that may not leave, or that the manager refused (its keys have no
+/// other live copy, for example the last server), says why and keeps serving, and a
+/// later SIGTERM asks again. Stops listening when destroyed.
 class leave_on_sigterm {
 public:
     leave_on_sigterm(asio::io_context& io, std::vector<std::shared_ptr<member>> members,
                      std::vector<std::shared_ptr<server_node>> servers,
-                     std::chrono::milliseconds patience,
+                     std::chrono::milliseconds patience, std::chrono::milliseconds hand_over,
                      std::function<void(log_level, const std::string&)> say)
         : signals_(io, SIGTERM), members_(std::move(members)), servers_(std::move(servers)),
-          patience_(patience), say_(std::move(say)), control_(std::make_shared<control>()) {
+          patience_(patience), hand_over_(hand_over), say_(std::move(say)),
+          control_(std::make_shared<control>()) {
         control_->signals = &signals_;
         control_->retired.assign(servers_.size(), false);
         {
@@ -175,16 +185,12 @@ private:
                 }
                 say_(log_level::info,
                      "petrel: SIGTERM: server " + id + " hands its keys over and leaves");
-                // Refused: the member logs why, and the server keeps serving. Not
-                // answered in time: asked again (the manager answers a server that
-                // already left as it did the first time).
-                std::error_code ec;
-                for (int attempt = 0; attempt < 3; ++attempt) {
-                    auto left = members_[i]->async_retire(asio::use_future);
-                    ec = outcome(left);
-                    if (ec != errc::timed_out) {
-                        break;
-                    }
+                // Refused: the member logs why, and the server keeps serving.
+                const auto ec = retire_server(*members_[i], *servers_[i], hand_over_);
+                if (ec == errc::timed_out) {
+                    say_(log_level::warning, "petrel: SIGTERM: server " + id +
+                                                 " did not hand its keys over in time; it "
+                                                 "keeps serving");
                 }
                 const bool ok = !ec;
                 if (ok) {
@@ -200,6 +206,7 @@ private:
     std::vector<std::shared_ptr<member>> members_;
     std::vector<std::shared_ptr<server_node>> servers_;
     std::chrono::milliseconds patience_;
+    std::chrono::milliseconds hand_over_; // for a hand-over without replicas
     std::function<void(log_level, const std::string&)> say_;
     std::shared_ptr<control> control_;
     std::thread thread_;
@@ -282,7 +289,73 @@ inline std::string take_over(member& m, const server_node& server,
             }
         }
     }
+    // A live server on no owner list that joins with no share, or that handed its
+    // partitions over and sends the end of its ownership before it leaves: a peer still.
+    for (const auto& n : v.nodes) {
+        if (n.role == node_role::server && n.state == node_state::alive && !v.ring.holds(n.id) &&
+            (v.next_ring.empty() || !v.next_ring.holds(n.id))) {
+            plan.learners.push_back({n.id, n.address});
+        }
+    }
     return plan;
+}
+
+/// Server `server`, of member `m`, leaves the running job gracefully
+/// (`member::async_retire`). With replicas its partitions move to them at once. In a
+/// ring without replicas the manager plans their hand-over (`errc::in_progress`): the
+/// server copies them to their new owners and reports it (`member::async_ready`, from
+/// `server_node::hand_over_ready`), the manager makes the new owners their primaries,
+/// the server sends them its last updates and the end of its ownership, and then asks
+/// to leave again. Blocks; completes with the manager's refusal (the server stays in the
+/// job), or `errc::timed_out` when the hand-over did not end within `patience`. Close
+/// the server once it returns success.
+[[nodiscard]] inline std::error_code retire_server(member& m, const server_node& server,
+                                                   std::chrono::milliseconds patience) {
+    auto ask = [&m] {
+        std::error_code ec;
+        for (int attempt = 0; attempt < 3; ++attempt) {
+            // Not answered in time: asked again (a server that left already gets the
+            // same answer as the first time).
+            auto left = m.async_retire(asio::use_future);
+            ec = detail::outcome(left);
+            if (ec != errc::timed_out) {
+                break;
+            }
+        }
+        return ec;
+    };
+    auto ec = ask();
+    if (ec != errc::in_progress) {
+        return ec;
+    }
+    const auto until = std::chrono::steady_clock::now() + patience;
+    std::uint64_t reported = 0;
+    while (std::chrono::steady_clock::now() < until) {
+        if (!m.failure().empty()) {
+            return make_error_code(errc::node_failed);
+        }
+        const auto v = m.view();
+        if (v && !v->ring.holds(m.id()) && server.plan_version() >= v->version &&
+            !server.handing_over()) {
+            ec = ask(); // its partitions are the others' and its last updates reached them
+            if (ec != errc::in_progress) {
+                return ec;
+            }
+        } else if (const auto ready = server.hand_over_ready(); ready != 0 && ready != reported) {
+            auto answer = m.async_ready(ready, asio::use_future);
+            if (const auto e = detail::outcome(answer); !e) {
+                reported = ready;
+            } else if (e == errc::invalid_argument) {
+                ec = ask(); // the plan was lost (a failure, a new manager): planned anew
+                if (ec != errc::in_progress) {
+                    return ec;
+                }
+                reported = 0;
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return make_error_code(errc::timed_out);
 }
 
 /// Brings server `server` in line with view `v` of its job: workers that left or failed
@@ -484,7 +557,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         // reach the workers, without the final barrier, and the process ends with success.
         std::optional<detail::leave_on_sigterm> sigterm;
         if (status == run_ok && !servers.empty() && !manager && s.workers_here == 0) {
-            sigterm.emplace(io, members, servers, 2 * s.heartbeat_timeout,
+            sigterm.emplace(io, members, servers, 2 * s.heartbeat_timeout, s.startup_timeout,
                             [&](log_level level, const std::string& text) { say(level, text); });
         }
 

@@ -264,6 +264,28 @@ public:
         return all ? state_->plan.version : 0;
     }
 
+    /// For a server handing its partitions over before it leaves (a ring without
+    /// replicas, `member::async_retire` answered `errc::in_progress`): the version of the
+    /// plan under which it copied every partition that moves away from it to its new
+    /// owner and the owner acknowledged the copy whole (report it: `member::async_ready`);
+    /// 0 while a copy is on its way, or when no partition moves away from it.
+    [[nodiscard]] std::uint64_t hand_over_ready() const {
+        std::lock_guard lock(state_->mutex);
+        const auto& st = *state_;
+        // (An update that did not arrive is copied again before the hand-over.)
+        const bool all = !st.teaching.empty() &&
+                         std::all_of(st.teaching.begin(), st.teaching.end(),
+                                     [&](const auto& e) { return st.copied.count(e.first) != 0; });
+        return all ? st.plan.version : 0;
+    }
+
+    /// Whether this server sent the end of its ownership (the hand-over) to a server
+    /// that took partitions over from it, and that server has not acknowledged it yet.
+    [[nodiscard]] bool handing_over() const {
+        std::lock_guard lock(state_->mutex);
+        return !state_->handing_to.empty();
+    }
+
     /// Whether this server waits for the hand-over of partitions it took over from a
     /// primary that taught it them (it holds workers' requests until then).
     [[nodiscard]] bool awaiting_hand_over() const {
@@ -280,7 +302,9 @@ public:
 
     /// Empty when this server may hand its keys over and leave (`member::async_retire`):
     /// its last copy down its chain was acknowledged (`chain_whole`) and every table it
-    /// holds rows of as a primary keeps a copy on another server. Otherwise why not.
+    /// holds rows of as a primary keeps a copy on another server, or the ring has no
+    /// replicas (its partitions are then copied to their new owners: `retire_server`).
+    /// Otherwise why not.
     [[nodiscard]] std::string hand_over_blocker() const {
         std::lock_guard lock(state_->mutex);
         const auto& st = *state_;
@@ -293,8 +317,10 @@ public:
         const auto chain = st.plan.chains.find(st.opts.node_id);
         const std::size_t replicas = chain == st.plan.chains.end() ? 0 : chain->second.size() - 1;
         for (const auto& [id, slot] : st.tables) {
-            if (st.holds_keys && slot.table && slot.table->size() > 0 &&
-                std::min<std::size_t>(slot.replicas, replicas) == 0) {
+            // Without replicas the partitions are copied to their new owners (every
+            // table); with them, a table kept on the primary only would be lost.
+            if (st.holds_keys && slot.table && slot.table->size() > 0 && replicas > 0 &&
+                slot.replicas == 0) {
                 return "table " + std::to_string(id) +
                        " keeps no copy of its rows on another server";
             }
@@ -599,9 +625,13 @@ private:
         bool resuming = false;
         bool resume_again = false;
         // As a primary: the learners a copy or update could not be delivered to (the
-        // partitions are copied to them again before the hand-over), and hand-overs
-        // still to acknowledge, by learner, with the attempts left.
+        // partitions are copied to them again before the hand-over).
         std::set<std::uint32_t> teach_failed;
+        // As a primary: the learners whose copy's end they acknowledged, with the plan
+        // version it was made for; and the learners whose hand-over they have not
+        // acknowledged yet.
+        std::map<std::uint32_t, std::uint64_t> copied;
+        std::set<std::uint32_t> handing_to;
         // Bytes of the requests in `held_back`.
         std::uint64_t held_back_bytes = 0;
         // Copies down this server's chain whose end the chain has not acknowledged yet,
@@ -1072,6 +1102,7 @@ private:
                     // Something it was sent did not arrive: the rows again, as they are now.
                     copy_moving(to, parts, 0, 0);
                 }
+                handing_to.insert(to);
                 hand_over(to, handover_attempts);
                 if (log) {
                     log(log_level::info, "petrel server " + std::to_string(self) + ": handed " +
@@ -1087,9 +1118,11 @@ private:
                     continue;
                 }
                 teach_failed.erase(to);
+                copied.erase(to);
                 copy_moving(to, parts, plan.version, copy_attempts);
             }
             teaching = std::move(now);
+            std::erase_if(copied, [&](const auto& e) { return teaching.count(e.first) == 0; });
             // Learning: the primaries that teach this server under this plan.
             const auto sources = moving_to(plan, self);
             const auto before = moving_to(old, self);
@@ -1109,13 +1142,12 @@ private:
                 const bool mine = std::all_of(parts.begin(), parts.end(), [&](std::uint32_t p) {
                     return p < plan.primaries.size() && plan.primaries[p] == self;
                 });
-                if (mine && sources.count(from) == 0 && plan.chains.count(from) != 0) {
+                if (mine && sources.count(from) == 0 && in_plan(from)) {
                     awaiting_handover.insert(from);
                 }
             }
-            // A teacher that is no longer alive (on no chain) sends no hand-over.
-            std::erase_if(awaiting_handover,
-                          [&](std::uint32_t from) { return plan.chains.count(from) == 0; });
+            // A teacher that is no longer alive (not in the plan) sends no hand-over.
+            std::erase_if(awaiting_handover, [&](std::uint32_t from) { return !in_plan(from); });
             learning = std::move(learn);
         }
 
@@ -1172,13 +1204,18 @@ private:
             end.header.clock = plan_version; // the plan this copy was made for
             forward(*peer, self_id, std::move(end),
                     [weak = self, to, parts, plan_version, attempts](std::error_code ec) {
-                        auto st = ec ? weak.lock() : nullptr;
+                        auto st = weak.lock();
                         if (!st) {
                             return;
                         }
                         std::lock_guard lock(st->mutex);
                         const auto it = st->teaching.find(to);
-                        if (attempts > 0 && it != st->teaching.end() && it->second == parts) {
+                        if (it == st->teaching.end() || it->second != parts) {
+                            return; // another plan moves other partitions to it
+                        }
+                        if (!ec) {
+                            st->copied[to] = plan_version; // it holds them as of the end
+                        } else if (attempts > 0) {
                             st->copy_moving(to, parts, plan_version, attempts - 1);
                         }
                     });
@@ -1197,11 +1234,17 @@ private:
             end.header.worker = wire::no_worker;
             forward(*peer, opts.node_id, std::move(end),
                     [weak = self, to, attempts](std::error_code ec) {
-                        auto st = ec ? weak.lock() : nullptr;
+                        auto st = weak.lock();
                         if (!st) {
                             return;
                         }
                         std::lock_guard lock(st->mutex);
+                        if (!ec || attempts == 0) {
+                            st->handing_to.erase(to);
+                        }
+                        if (!ec) {
+                            return;
+                        }
                         if (attempts > 0) {
                             st->hand_over(to, attempts - 1);
                         } else if (st->log) {
