@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -1044,8 +1045,11 @@ private:
             }
             ring next;
             if (why.empty() && handing != n.id) {
+                std::vector<node_id> holders; // servers on the ring (not a joiner given none)
+                std::copy_if(live.begin(), live.end(), std::back_inserter(holders),
+                             [&](node_id s) { return view->ring.holds(s); });
                 try {
-                    next = view->ring.handed_over(n.id, live);
+                    next = view->ring.handed_over(n.id, holders);
                 } catch (const std::invalid_argument& e) {
                     why = e.what();
                 }
@@ -1362,8 +1366,8 @@ private:
             if (!g.empty()) {
                 reschedule(*v, g);
             }
-            if (id == handing) {
-                handing = no_node;
+            if (handing != no_node && (id == handing || v->next_ring.holds(id))) {
+                handing = no_node; // the plan no longer holds: the server may ask again
                 v->next_ring = ring{};
                 plan_joins(*v);
             } else if (is_joining(id)) {
@@ -1418,16 +1422,22 @@ private:
                 }
             }
             auto f = view->ring.failover(live);
-            if (!live.empty() && !f.lost.empty() && view->ring.options().replicas == 0) {
+            // The partitions its leave would lose (others lost before are not its doing).
+            std::size_t would_lose = 0;
+            for (const auto p : f.lost) {
+                const auto o = view->ring.owners(p);
+                would_lose += std::find(o.begin(), o.end(), id) != o.end() ? 1 : 0;
+            }
+            if (!live.empty() && would_lose != 0 && view->ring.options().replicas == 0) {
                 plan_hand_over(c, h, *n, live, out);
                 return;
             }
-            if (live.empty() || !f.lost.empty()) {
+            if (live.empty() || would_lose != 0) {
                 out.push_back(
                     {c, refusal(h, errc::invalid_argument,
                                 n->describe() + " cannot leave: " +
                                     std::to_string(live.empty() ? view->ring.options().partitions
-                                                                : f.lost.size()) +
+                                                                : would_lose) +
                                     " of its key partitions have no other live copy (replicas: " +
                                     std::to_string(view->ring.options().replicas) +
                                     "); they would be lost")});

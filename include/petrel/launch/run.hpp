@@ -324,6 +324,7 @@ inline std::string take_over(member& m, const server_node& server,
         }
         return ec;
     };
+    auto asked_at = m.view() ? m.view()->version : 0;
     auto ec = ask();
     if (ec != errc::in_progress) {
         return ec;
@@ -341,6 +342,15 @@ inline std::string take_over(member& m, const server_node& server,
             if (ec != errc::in_progress) {
                 return ec;
             }
+        } else if (v && v->ring.holds(m.id()) && v->next_ring.empty() && v->version > asked_at) {
+            // A view since the answer plans nothing: the plan was dropped (a server failed
+            // or left), or not made yet. Asked again once per such view.
+            asked_at = v->version;
+            ec = ask();
+            if (ec != errc::in_progress) {
+                return ec;
+            }
+            reported = 0;
         } else if (const auto ready = server.hand_over_ready(); ready != 0 && ready != reported) {
             auto answer = m.async_ready(ready, asio::use_future);
             if (const auto e = detail::outcome(answer); !e) {

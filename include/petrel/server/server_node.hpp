@@ -1103,7 +1103,7 @@ private:
                     copy_moving(to, parts, 0, 0);
                 }
                 handing_to.insert(to);
-                hand_over(to, handover_attempts);
+                hand_over(to, parts, handover_attempts);
                 if (log) {
                     log(log_level::info, "petrel server " + std::to_string(self) + ": handed " +
                                              std::to_string(parts.size()) +
@@ -1123,6 +1123,7 @@ private:
             }
             teaching = std::move(now);
             std::erase_if(copied, [&](const auto& e) { return teaching.count(e.first) == 0; });
+            std::erase_if(handing_to, [&](std::uint32_t to) { return !in_plan(to); });
             // Learning: the primaries that teach this server under this plan.
             const auto sources = moving_to(plan, self);
             const auto before = moving_to(old, self);
@@ -1223,9 +1224,10 @@ private:
 
         /// Tells learner `to` that this server sent its last update of the partitions it
         /// taught it (sent again up to `attempts` times while `to` is in the plan).
-        void hand_over(std::uint32_t to, int attempts) {
+        void hand_over(std::uint32_t to, const std::vector<std::uint32_t>& parts, int attempts) {
             const auto* peer = peer_of(to);
             if (!peer) {
+                handing_to.erase(to); // it left the plan: nobody waits for it
                 return;
             }
             wire::message end;
@@ -1233,7 +1235,7 @@ private:
             end.header.flags = wire::flag_transfer | wire::flag_finish;
             end.header.worker = wire::no_worker;
             forward(*peer, opts.node_id, std::move(end),
-                    [weak = self, to, attempts](std::error_code ec) {
+                    [weak = self, to, parts, attempts](std::error_code ec) {
                         auto st = weak.lock();
                         if (!st) {
                             return;
@@ -1246,7 +1248,12 @@ private:
                             return;
                         }
                         if (attempts > 0) {
-                            st->hand_over(to, attempts - 1);
+                            // Not handed over yet, so it still learns: what it was sent and
+                            // did not get (the same connection failed) goes again first.
+                            if (st->teach_failed.erase(to) != 0) {
+                                st->copy_moving(to, parts, 0, 0);
+                            }
+                            st->hand_over(to, parts, attempts - 1);
                         } else if (st->log) {
                             st->log(log_level::error,
                                     "petrel server " + std::to_string(st->opts.node_id) +
