@@ -1036,6 +1036,8 @@ private:
         void plan_hand_over(const connection_ptr& c, const wire::message_header& h,
                             const node_info& n, const std::vector<node_id>& live,
                             std::vector<outgoing>& out) {
+            // `n` lives in the view, which a new plan replaces: described while it holds.
+            const auto who = n.describe();
             std::string why;
             if (handing != no_node && handing != n.id) {
                 why = view->find(handing)->describe() +
@@ -1055,8 +1057,8 @@ private:
                 }
             }
             if (!why.empty()) {
-                out.push_back({c, refusal(h, errc::invalid_argument,
-                                          n.describe() + " cannot leave yet: " + why)});
+                out.push_back(
+                    {c, refusal(h, errc::invalid_argument, who + " cannot leave yet: " + why)});
                 return;
             }
             if (handing != n.id) {
@@ -1068,14 +1070,13 @@ private:
                 ready.clear();
                 view = v;
                 broadcast(out);
-                report(log_level::info, n.describe() +
-                                            " hands its key partitions over to the other servers "
-                                            "before it leaves (no replica holds them)");
+                report(log_level::info, who + " hands its key partitions over to the other servers "
+                                              "before it leaves (no replica holds them)");
             }
             out.push_back({c, refusal(h, errc::in_progress,
-                                      n.describe() + " hands its key partitions over first: it "
-                                                     "copies them, reports it "
-                                                     "(member::async_ready) and asks again")});
+                                      who + " hands its key partitions over first: it "
+                                            "copies them, reports it "
+                                            "(member::async_ready) and asks again")});
         }
 
         // ---- the scheduler -----------------------------------------------------------
