@@ -29,11 +29,12 @@ namespace {
 struct job {
     explicit job(std::uint32_t servers, std::uint32_t workers,
                  std::chrono::milliseconds heartbeat_timeout = 2000ms,
-                 std::chrono::milliseconds startup_timeout = 10000ms)
+                 std::chrono::milliseconds startup_timeout = 10000ms, std::uint32_t max_servers = 0)
         : manager(petrel::tcp_transport(io.executor(), quiet()),
                   {.job_id = "job-a",
                    .servers = servers,
                    .workers = workers,
+                   .max_servers = max_servers,
                    .ring = {.partitions = 64},
                    .heartbeat_timeout = heartbeat_timeout,
                    .startup_timeout = startup_timeout}),
@@ -366,6 +367,41 @@ std::uint32_t status_of_message(petrel::test::events& ev, std::size_t n) {
 }
 
 } // namespace
+
+TEST_CASE("manager_node: a hand-over without replicas is planned once, and servers that join "
+          "meanwhile wait for it",
+          "[cluster][manager]") {
+    job j(2, 1, 2000ms, 10000ms, 3);
+    std::vector<std::shared_ptr<petrel::member>> m{j.make(petrel::node_role::server, 0),
+                                                   j.make(petrel::node_role::server, 1),
+                                                   j.make(petrel::node_role::worker, 2)};
+    join_all(m);
+    auto retire = [&] {
+        auto f = m[0]->async_retire(asio::use_future);
+        return code_of(f);
+    };
+    REQUIRE(retire() == petrel::errc::in_progress); // no replica: a hand-over is planned
+    const auto planned = m[0]->view();
+    REQUIRE(planned);
+    CHECK(planned->ring.holds(m[0]->id()));
+    CHECK_FALSE(planned->next_ring.empty());
+    CHECK_FALSE(planned->next_ring.holds(m[0]->id()));
+    // A server joins while it runs: it waits, and the leaving server asking again gets
+    // the same plan (not a refusal because servers are joining).
+    auto late = j.make(petrel::node_role::server, 3);
+    auto joined = late->async_join(asio::use_future);
+    REQUIRE_FALSE(code_of(joined));
+    CHECK(retire() == petrel::errc::in_progress);
+    const auto now = m[0]->view();
+    REQUIRE(now);
+    CHECK_FALSE(now->next_ring.holds(late->id()));
+    CHECK(now->next_ring == planned->next_ring);
+    // The joiner's report does not count toward the hand-over's plan.
+    auto early = late->async_ready(now->version, asio::use_future);
+    (void)code_of(early);
+    CHECK(retire() == petrel::errc::in_progress); // answered after any view it caused
+    CHECK(m[0]->view()->ring == planned->ring);
+}
 
 TEST_CASE("manager_node: a manager that loses its job takes over the running job again",
           "[cluster][manager][fault]") {

@@ -976,8 +976,8 @@ private:
                                           "handing its partitions over, reports its copies")});
                 return;
             }
-            if (version >= planned_at && !view->next_ring.empty()) {
-                ready.insert(id);
+            if (version >= planned_at && !view->next_ring.empty() && handing == no_node) {
+                ready.insert(id); // (under a hand-over plan the joiners' copies wait)
             }
             control_body b;
             b.op = control_op::ready;
@@ -1042,7 +1042,8 @@ private:
             if (handing != no_node && handing != n.id) {
                 why = view->find(handing)->describe() +
                       " is handing its partitions over; ask again once it has left";
-            } else if (!entering.empty()) {
+            } else if (handing != n.id && !entering.empty()) {
+                // (Joiners wait for a hand-over already planned, not it for them.)
                 why = "servers are joining the job; ask again once they hold their partitions";
             }
             ring next;

@@ -71,7 +71,8 @@ namespace detail {
 } // namespace detail
 
 [[nodiscard]] inline std::error_code retire_server(member& m, const server_node& server,
-                                                   std::chrono::milliseconds patience);
+                                                   std::chrono::milliseconds patience,
+                                                   std::function<bool()> stop = {});
 
 namespace detail {
 
@@ -186,7 +187,11 @@ private:
                 say_(log_level::info,
                      "petrel: SIGTERM: server " + id + " hands its keys over and leaves");
                 // Refused: the member logs why, and the server keeps serving.
-                const auto ec = retire_server(*members_[i], *servers_[i], hand_over_);
+                const auto ec =
+                    retire_server(*members_[i], *servers_[i], hand_over_, [c = control_] {
+                        std::lock_guard stop_lock(c->mutex);
+                        return c->stopped; // the process is ending: nothing left to hand over
+                    });
                 if (ec == errc::timed_out) {
                     say_(log_level::warning, "petrel: SIGTERM: server " + id +
                                                  " did not hand its keys over in time; it "
@@ -307,10 +312,13 @@ inline std::string take_over(member& m, const server_node& server,
 /// `server_node::hand_over_ready`), the manager makes the new owners their primaries,
 /// the server sends them its last updates and the end of its ownership, and then asks
 /// to leave again. Blocks; completes with the manager's refusal (the server stays in the
-/// job), or `errc::timed_out` when the hand-over did not end within `patience`. Close
-/// the server once it returns success.
+/// job), `errc::timed_out` when the hand-over did not end within `patience`, or
+/// `errc::shut_down` once `stop` (asked every 10 ms, when given) returns true. A plan
+/// given up on stays with the manager until the server leaves or fails. Close the server
+/// once it returns success.
 [[nodiscard]] inline std::error_code retire_server(member& m, const server_node& server,
-                                                   std::chrono::milliseconds patience) {
+                                                   std::chrono::milliseconds patience,
+                                                   std::function<bool()> stop) {
     auto ask = [&m] {
         std::error_code ec;
         for (int attempt = 0; attempt < 3; ++attempt) {
@@ -334,6 +342,9 @@ inline std::string take_over(member& m, const server_node& server,
     while (std::chrono::steady_clock::now() < until) {
         if (!m.failure().empty()) {
             return make_error_code(errc::node_failed);
+        }
+        if (stop && stop()) {
+            return make_error_code(errc::shut_down);
         }
         const auto v = m.view();
         if (v && !v->ring.holds(m.id()) && server.plan_version() >= v->version &&
