@@ -1260,6 +1260,30 @@ TEMPLATE_TEST_CASE("kv_store: a server without replicas hands its keys over and 
     CHECK_THAT(logs, !Catch::Contains("failed: ") && !Catch::Contains("are lost"));
 }
 
+TEST_CASE("kv_store: a hand-over given up on leaves the server serving; asked again, it ends",
+          "[fault]") {
+    failover_job job(3, 1, 0);
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(*job.workers[0]);
+    std::vector<key_t64> keys(500);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    kv.push(keys, ones, asio::use_future).get();
+    // Its process ends while the hand-over is planned: the wait stops at once.
+    CHECK(petrel::retire_server(*job.members[1], *job.servers[1], 20s, [] { return true; }) ==
+          petrel::errc::shut_down);
+    const auto v = job.members[1]->view();
+    CHECK(v->find(job.members[1]->id())->state == petrel::node_state::alive);
+    CHECK(v->ring.holds(job.members[1]->id()));
+    kv.push(keys, ones, asio::use_future).get(); // it still serves, nothing is lost
+    CHECK(xt::all(xt::equal(kv.pull(keys, asio::use_future).get().values(), 2.0f)));
+    // Asked again (the plan still stands), the hand-over ends and the server leaves.
+    CHECK_FALSE(petrel::retire_server(*job.members[1], *job.servers[1], 20s));
+    job.servers[1]->close();
+    CHECK_FALSE(job.members[0]->view()->ring.holds(job.members[1]->id()));
+    kv.push(keys, ones, asio::use_future).get();
+    CHECK(xt::all(xt::equal(kv.pull(keys, asio::use_future).get().values(), 3.0f)));
+}
+
 TEST_CASE("kv_store: the last server cannot leave: its keys have no other copy", "[fault]") {
     failover_job job(1, 1, 0);
     petrel::kv_store<key_t64, float, petrel::eventual> kv(*job.workers[0]);
