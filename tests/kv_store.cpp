@@ -1,25 +1,35 @@
 #include <petrel/kv_store.hpp>
 
 #include "support/cluster.hpp"
+#include "support/frames.hpp"
 
 #include <petrel/cluster/manager_node.hpp>
 #include <petrel/launch/run.hpp>
 
 #include <asio/co_spawn.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
+#include <asio/write.hpp>
 #include <catch2/catch.hpp>
 #include <xtensor/xmanipulation.hpp>
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <future>
 #include <latch>
+#include <mutex>
 #include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -292,10 +302,15 @@ TEST_CASE("kv_store: inconsistent options are refused at construction", "[kv_sto
                         petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
     o.ring = {};
-    o.width = 0;
+    o.width = std::size_t{1} << 33; // more values per key than a message can say
     CHECK_THROWS_AS((petrel::kv_store<key_t64, float, petrel::eventual>(
                         petrel::tcp_transport(io.executor()), o)),
                     std::invalid_argument);
+    o.width = 0; // without a job's declaration: scalars
+    CHECK(
+        petrel::kv_store<key_t64, float, petrel::eventual>(petrel::tcp_transport(io.executor()), o)
+            .options()
+            .width == 1);
 }
 
 TEMPLATE_TEST_CASE("kv_store: a server closing with requests in flight fails them, no hang",
@@ -1435,4 +1450,202 @@ TEST_CASE("kv_store: a server the job declared failed cannot write any more", "[
     for (std::size_t i = 0; i < its.size(); ++i) {
         REQUIRE(got.values()(i) == 1.0f);
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Every call ends by its deadline, in every state: queued behind its own tick, sent again
+// after a drop, or refused by a server whose list of parked reads is full.
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+/// How a call ended if it ended within `within`: no error, or the error it threw.
+template <typename T>
+std::optional<std::error_code> ended_within(std::future<T>& f, std::chrono::milliseconds within) {
+    if (f.wait_for(within) != std::future_status::ready) {
+        return std::nullopt;
+    }
+    try {
+        f.get();
+        return std::error_code{};
+    } catch (const std::system_error& e) {
+        return e.code();
+    }
+}
+
+/// `n` pulls of keys 1..3 of table 0 by worker `worker` that wait for `clock` clocks of
+/// every worker, framed as a connection writes them.
+std::vector<std::byte> waiting_pulls(std::size_t n, std::uint32_t worker, std::uint64_t clock) {
+    const std::vector<key_t64> keys{1, 2, 3};
+    std::vector<std::byte> out;
+    for (std::size_t i = 0; i < n; ++i) {
+        petrel::wire::message m;
+        auto& h = m.header;
+        h.kind = petrel::wire::message_kind::pull;
+        h.sender = 99;
+        h.request_id = i + 1;
+        h.key_type = petrel::wire::scalar_type_of<key_t64>;
+        h.value_type = petrel::wire::scalar_type_of<float>;
+        h.key_count = keys.size();
+        h.range_begin = keys.front();
+        h.range_end = keys.back() + 1;
+        h.worker = worker;
+        h.clock = clock;
+        m.set_segment(petrel::wire::keys_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+        const auto frame = petrel::test::frame_of(m);
+        out.insert(out.end(), frame.begin(), frame.end());
+    }
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("kv_store: a pull queued behind its own clock tick ends by its deadline",
+          "[kv_store][deadline]") {
+    io_threads io{2};
+    // A server that takes connections and never answers: pushes and ticks time out.
+    asio::ip::tcp::acceptor silent(io.context(), {asio::ip::make_address("127.0.0.1"), 0});
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {"127.0.0.1:" + std::to_string(silent.local_endpoint().port())};
+    o.request_timeout = 2s;
+    petrel::kv_store<key_t64, float, petrel::sequential> kv(petrel::tcp_transport(io.executor()),
+                                                            o);
+    const std::vector<key_t64> keys{1, 2, 3};
+    kv.push(keys, xt::xtensor<float, 1>{1, 1, 1}, [](std::error_code) {}); // not waited for
+    kv.clock(); // tick 1 waits for the push, then for the server's answer
+    auto pull = kv.pull(keys, asio::use_future); // at clock 1: waits for tick 1
+    const auto pulled = ended_within(pull, o.request_timeout + 1s);
+    REQUIRE(pulled);
+    CHECK(*pulled == petrel::errc::timed_out);
+    // Ticks follow each other, each after the one before; waiting for one ends by its
+    // deadline all the same.
+    kv.clock();
+    kv.clock();
+    auto tick = kv.clock(asio::use_future);
+    const auto ticked = ended_within(tick, o.request_timeout + 1s);
+    REQUIRE(ticked);
+    CHECK(*ticked == petrel::errc::timed_out);
+}
+
+TEST_CASE("kv_store: a request sent again after its connection dropped ends by its first "
+          "deadline",
+          "[kv_store][deadline]") {
+    auto first = std::make_shared<std::atomic<bool>>(true);
+    io_threads io{2};
+    // A server that closes its first connection shortly before the request's deadline
+    // and never answers on the next one.
+    auto server = petrel::tcp_transport(io.executor());
+    petrel::connection_handlers h;
+    h.on_message = [first, ex = io.executor()](const petrel::connection_ptr& c,
+                                               petrel::wire::message&&) {
+        if (first->exchange(false)) {
+            auto timer = std::make_shared<asio::steady_timer>(ex, 1400ms);
+            timer->async_wait([timer, c](std::error_code) { c->close(); });
+        }
+    };
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {server.listen("127.0.0.1:0", h)};
+    o.request_timeout = 2s;
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()), o);
+    auto pull = kv.pull(std::vector<key_t64>{1, 2}, asio::use_future);
+    const auto ended = ended_within(pull, o.request_timeout + 1s);
+    REQUIRE(ended);
+    CHECK(*ended);
+    CHECK_FALSE(first->load()); // it was dropped once
+    server.close();
+}
+
+TEMPLATE_TEST_CASE("kv_store: a client filling a server's parked reads holds no worker past its "
+                   "deadline",
+                   "[kv_store][deadline]", petrel::sequential, petrel::bounded_delay<1>) {
+    io_threads io{2};
+    petrel::server_node server(petrel::tcp_transport(io.executor()),
+                               {.workers = 2, .max_parked = 64});
+    const auto address = server.listen("127.0.0.1:0");
+    // The client: pulls that wait for a clock no worker reaches, as worker 1; it never
+    // reads a reply.
+    asio::ip::tcp::socket flood(io.context());
+    flood.connect({asio::ip::make_address("127.0.0.1"),
+                   static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))});
+    asio::write(flood, asio::buffer(waiting_pulls(100, 1, 1'000'000)));
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (server.parked(0) < 64) {
+        REQUIRE(std::chrono::steady_clock::now() < until);
+        std::this_thread::sleep_for(5ms);
+    }
+    // Two workers train; a call that fails ends the worker's training, as an exception
+    // would.
+    constexpr auto deadline = 2s;
+    std::mutex mutex;
+    std::vector<std::string> late;
+    std::vector<std::error_code> failures;
+    auto train = [&](std::uint32_t w) {
+        petrel::kv_store<key_t64, float, TestType> kv(
+            petrel::tcp_transport(io.executor()),
+            {.servers = {address}, .worker = w, .request_timeout = deadline});
+        std::vector<key_t64> keys(16);
+        std::iota(keys.begin(), keys.end(), key_t64{0});
+        const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+        auto ends = [&](auto f, const char* what, int it) {
+            const auto ended = ended_within(f, deadline + 1s);
+            std::lock_guard lock(mutex);
+            if (!ended) {
+                late.push_back("worker " + std::to_string(w) + ": " + what + " of iteration " +
+                               std::to_string(it));
+                return false;
+            }
+            if (*ended) {
+                failures.push_back(*ended);
+                return false;
+            }
+            return true;
+        };
+        for (int it = 0; it < 20; ++it) {
+            if (!ends(kv.pull(keys, asio::use_future), "pull", it) ||
+                !ends(kv.push(keys, ones, asio::use_future), "push", it)) {
+                return;
+            }
+            kv.clock();
+            std::this_thread::sleep_for(w == 1 ? 20ms : 1ms); // worker 1 is slower
+        }
+    };
+    std::thread w0(train, 0);
+    std::thread w1(train, 1);
+    w0.join();
+    w1.join();
+    INFO(Catch::Detail::stringify(late));
+    CHECK(late.empty());
+    // The server refused the reads it could not park, at once.
+    CHECK(std::count(failures.begin(), failures.end(), petrel::errc::backlog_full) >= 1);
+    CHECK(server.parked(0) == 64); // the client's reads still wait
+    server.close();
+}
+
+TEST_CASE("kv_store: in a job, a live server whose address refuses connections fails requests "
+          "within seconds, naming it",
+          "[fault]") {
+    failover_job job(2, 1, 0);
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(*job.workers[0]);
+    std::vector<key_t64> keys(1000);
+    std::iota(keys.begin(), keys.end(), key_t64{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    kv.push(keys, ones, asio::use_future).get();
+    // Server 2 stops listening while its membership lives on: the view keeps it alive,
+    // so only its refused connections tell the store (the request timeout is 20 s).
+    const std::string address = job.members[1]->options().address;
+    job.servers[1]->close();
+    const auto start = std::chrono::steady_clock::now();
+    auto push = kv.push(keys, ones, asio::use_future);
+    REQUIRE(push.wait_for(15s) == std::future_status::ready);
+    const auto took = std::chrono::steady_clock::now() - start;
+    std::error_code ec;
+    try {
+        push.get();
+    } catch (const std::system_error& e) {
+        ec = e.code();
+    }
+    CHECK(ec == petrel::errc::node_failed);
+    CHECK(took < 8s);
+    CHECK_THAT(job.logs.all(), Catch::Contains(address) && Catch::Contains("refuses connections"));
 }

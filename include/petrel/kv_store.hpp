@@ -74,16 +74,21 @@ struct kv_store_options {
     ring_options ring{};
     /// Which table of the servers this handle reads and writes.
     std::uint32_t table_id = 0;
-    /// Values per key: 1 for scalars, the row length for embeddings.
-    std::size_t width = 1;
+    /// Values per key: 1 for scalars, the row length for embeddings. 0 (the default): the
+    /// table's declared width (`table_spec::width`) for a store made from a worker of a
+    /// job that declares the table, else 1. A width that contradicts the declaration is
+    /// refused when the store is made.
+    std::size_t width = 0;
     /// This node's id, written as the sender of its requests (a worker's own id when
     /// made from a `worker_node`).
     std::uint32_t node_id = 0;
     /// This worker's index in the servers' clocks, below `server_options::workers` (its
     /// rank among the job's workers when made from a `worker_node`).
     std::uint32_t worker = 0;
-    /// Every push and pull completes by then, with `errc::timed_out` if no reply came
-    /// (a worker's request timeout when made from a `worker_node`).
+    /// Every push, pull, call and `clock()` completes by then, with `errc::timed_out` if
+    /// no reply came (a worker's request timeout when made from a `worker_node`). It counts
+    /// from the call, also while the request waits for this worker's own clock tick or for
+    /// a view, and when it is sent again after a dropped connection.
     std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
     /// Key caching: a key list sent to a server before travels as a reference (a number
     /// and a digest) instead of the keys, on pushes and pulls alike. Pays when the same key
@@ -168,6 +173,9 @@ public:
     /// server listed twice, width 0, bad ring options).
     kv_store(any_transport transport, options_type opts)
         : transport_(std::move(transport)), opts_(std::move(opts)), log_(transport_.options().log) {
+        if (opts_.width == 0) {
+            opts_.width = 1;
+        }
         check_width();
         if (opts_.servers.empty()) {
             throw std::invalid_argument("petrel::kv_store: no servers given");
@@ -210,6 +218,7 @@ public:
     explicit kv_store(worker_node& worker, options_type opts = {})
         : transport_(worker.transport()), opts_(std::move(opts)), log_(transport_.options().log),
           member_(worker.membership_ptr()), owns_transport_(false) {
+        adopt_declaration(worker.declared(opts_.table_id));
         check_width();
         opts_.node_id = worker.id();
         opts_.worker = worker.read_only() ? wire::no_worker : worker.rank();
@@ -456,9 +465,12 @@ public:
 
     /// Ends this worker's iteration: advances its clock and tells every server once the
     /// iteration's pushes have completed. Returns at once; the task completes when every
-    /// server has recorded the clock. Under `sequential` and `bounded_delay`, the reads
-    /// of the other workers wait for these ticks.
+    /// server has recorded the clock, or with `errc::timed_out` when that has not happened
+    /// within the request timeout (the tick still goes once the pushes before it have
+    /// settled). Under `sequential` and `bounded_delay`, the reads of the other workers
+    /// wait for these ticks.
     task<void> clock() {
+        const auto deadline = std::chrono::steady_clock::now() + pipe_->request_timeout;
         auto [tick, done] = make_task<void>(transport_.get_executor());
         if (read_only_) {
             done.complete(make_error_code(errc::read_only));
@@ -526,7 +538,9 @@ public:
             request.header.view = where ? where->view->version : 0;
             return broadcast(pipe, where, std::move(request));
         }).on_complete([done = std::move(done)](std::error_code ec) mutable { done.complete(ec); });
-        return tick;
+        // The ticks follow each other (and the reads wait) by `tick` itself; the caller
+        // waits no longer than its deadline.
+        return by_deadline(std::move(tick), deadline);
     }
 
     /// As `clock()`, completing with the servers' acknowledgement through any token.
@@ -675,6 +689,8 @@ private:
         std::size_t count = 0;
         /// A range request: every key of `range`, sent as runs.
         std::optional<key_range<Key>> range;
+        /// What is wrong with the request, in more detail than `error` says (logged).
+        std::string why;
     };
 
     /// Consecutive keys [first, first + count) of a request.
@@ -735,6 +751,9 @@ private:
         std::error_code dropped_by{};
         /// Sent to the same server again after a drop (a store without a job does so once).
         bool retried = false;
+        /// While parked: ends its wait for a view at the deadline (guarded by the store's
+        /// lock).
+        std::shared_ptr<asio::steady_timer> due;
 
         /// Calls `on_reply` once with the outcome.
         void settle(std::error_code ec, wire::message&& reply) {
@@ -755,8 +774,10 @@ private:
                                const std::shared_ptr<detail::request_link>& link,
                                const std::shared_ptr<wire::key_cache_sender>& cache,
                                std::shared_ptr<resilient> r) {
+        const auto deadline = r->deadline; // each send waits only for what is left of it
         send_request(
-            pipe, link, cache, r->message, [pipe, r](std::error_code ec, wire::message&& reply) {
+            pipe, link, cache, r->message,
+            [pipe, r](std::error_code ec, wire::message&& reply) {
                 // The connection dropped or could not be made (a system error), the view
                 // declared the server failed, or the server's chain moved on without it
                 // (its view is out of date).
@@ -786,19 +807,74 @@ private:
                     // have moved): the push is retained, and now resent if so.
                     review_parked(pipe->owner);
                 }
-            });
+            },
+            deadline);
     }
 
-    /// A new resilient request to `server`, due by the request timeout.
-    static std::shared_ptr<resilient> make_resilient(const pipeline& pipe, node_id server,
-                                                     wire::message m,
-                                                     detail::reply_callback on_reply) {
+    /// A new resilient request to `server`, due by `deadline` (by the request timeout from
+    /// now when none is given).
+    static std::shared_ptr<resilient>
+    make_resilient(const pipeline& pipe, node_id server, wire::message m,
+                   detail::reply_callback on_reply,
+                   std::optional<std::chrono::steady_clock::time_point> deadline = {}) {
         auto r = std::make_shared<resilient>();
         r->server = server;
         r->message = std::move(m);
         r->on_reply = std::move(on_reply);
-        r->deadline = std::chrono::steady_clock::now() + pipe.request_timeout;
+        r->deadline =
+            deadline ? *deadline : std::chrono::steady_clock::now() + pipe.request_timeout;
         return r;
+    }
+
+    /// Ends a wait at a deadline unless something else ends it first: `decide()` is true
+    /// for exactly one caller, the timer's handler or the other party.
+    struct deadline_race {
+        explicit deadline_race(const asio::any_io_executor& ex) : timer(ex) {}
+
+        /// Calls `expired()` at `deadline` unless `decide()` was called before.
+        template <typename Expired>
+        static void arm(const std::shared_ptr<deadline_race>& race,
+                        std::chrono::steady_clock::time_point deadline, Expired expired) {
+            std::lock_guard lock(race->mutex);
+            race->timer.expires_at(deadline);
+            race->timer.async_wait([weak = std::weak_ptr<deadline_race>(race),
+                                    expired = std::move(expired)](std::error_code) mutable {
+                if (auto r = weak.lock(); r && r->decide()) {
+                    expired();
+                }
+            });
+        }
+
+        /// Whether the caller came first (the other party then does nothing).
+        bool decide() noexcept { return !decided.exchange(true, std::memory_order_acq_rel); }
+
+        /// Stops the timer (after the other party won).
+        void cancel() {
+            std::lock_guard lock(mutex);
+            timer.cancel();
+        }
+
+        std::mutex mutex; // guards the timer
+        asio::steady_timer timer;
+        std::atomic<bool> decided{false};
+    };
+
+    /// `t`, or `errc::timed_out` at `deadline` when `t` has not completed by then.
+    task<void> by_deadline(task<void> t, std::chrono::steady_clock::time_point deadline) const {
+        if (t.ready()) {
+            return t;
+        }
+        auto [out, done] = make_task<void>(transport_.get_executor());
+        auto race = std::make_shared<deadline_race>(transport_.get_executor());
+        deadline_race::arm(race, deadline,
+                           [expire = done] { expire.complete(make_error_code(errc::timed_out)); });
+        t.on_complete([race, finish = std::move(done)](std::error_code ec) {
+            if (race->decide()) {
+                race->cancel();
+                finish.complete(ec);
+            }
+        });
+        return out;
     }
 
     /// Ordered pushes are kept after their acknowledgement (a server holds them until
@@ -1128,6 +1204,8 @@ private:
     /// when it cannot wait (the store is closed, or its deadline passed).
     bool park(const std::shared_ptr<resilient>& r, std::error_code why) {
         const auto now = std::chrono::steady_clock::now();
+        std::weak_ptr<shared> weak = shared_;
+        auto ex = transport_.get_executor();
         {
             std::lock_guard lock(mutex_);
             if (closed_ || now >= r->deadline) {
@@ -1136,9 +1214,15 @@ private:
             r->parked_at = now;
             r->dropped_by = why;
             parked_.push_back(r);
+            // However the view goes, the request ends by its deadline (`review` stops this
+            // timer when the request leaves `parked_`).
+            r->due = std::make_shared<asio::steady_timer>(ex, r->deadline);
+            r->due->async_wait([due = r->due, weak](std::error_code ec) {
+                if (ec != asio::error::operation_aborted) {
+                    review_parked(weak);
+                }
+            });
         }
-        std::weak_ptr<shared> weak = shared_;
-        auto ex = transport_.get_executor();
         asio::post(ex, [weak] { review_parked(weak); }); // the view may already say
         auto timer = std::make_shared<asio::steady_timer>(ex, drop_grace);
         timer->async_wait([timer, weak](std::error_code) { review_parked(weak); });
@@ -1264,8 +1348,14 @@ private:
                 finish(r, r->dropped_by);
             } else if (now - r->parked_at >= drop_grace && where) {
                 const auto it = std::find(where->servers.begin(), where->servers.end(), r->server);
-                // Without a job no view will ever say the server failed: one more try.
-                if (it == where->servers.end() || (!member_ && r->retried)) {
+                // Without a job no view will ever say the server failed: one more try. Nor
+                // will one for a server the view keeps alive whose address refuses
+                // connections (its link gave up on it: see `request_link_options`).
+                const bool unreached =
+                    it != where->servers.end() && r->dropped_by == errc::node_failed &&
+                    where->links[static_cast<std::size_t>(it - where->servers.begin())]
+                        ->unreachable();
+                if (it == where->servers.end() || ((!member_ || unreached) && r->retried)) {
                     finish(r, r->dropped_by);
                     continue;
                 }
@@ -1275,6 +1365,18 @@ private:
                                r] { send_resilient(pipe, link, cache, r); });
             } else {
                 keep.push_back(r);
+            }
+        }
+        // The requests that left `parked_` no longer wait for their deadline there.
+        std::vector<const resilient*> still;
+        for (const auto& r : keep) {
+            still.push_back(r.get());
+        }
+        std::sort(still.begin(), still.end());
+        for (const auto& r : parked_) {
+            if (r->due && !std::binary_search(still.begin(), still.end(), r.get())) {
+                r->due->cancel();
+                r->due.reset();
             }
         }
         parked_ = std::move(keep);
@@ -1326,10 +1428,20 @@ private:
     /// Sends request `m` (with its keys, if any) to `link` through the sending pipeline:
     /// key caching (with `cache`), compression, counters. A key list reference the server
     /// does not hold (`errc::key_cache_miss`) is sent once more with the keys.
+    /// What is left until `deadline`, as a request's timeout: at least 1 ms (a request
+    /// whose deadline has just passed still goes, and times out at once).
+    static std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        return std::max(left, std::chrono::milliseconds(1));
+    }
+
+    /// Sends `m` on `link` (through the key cache), waiting for its reply until `deadline`.
     static void send_request(const std::shared_ptr<pipeline>& pipe,
                              const std::shared_ptr<detail::request_link>& link,
                              const std::shared_ptr<wire::key_cache_sender>& cache, wire::message m,
-                             detail::reply_callback on_reply) {
+                             detail::reply_callback on_reply,
+                             std::chrono::steady_clock::time_point deadline) {
         auto& c = pipe->counters;
         const bool keyed =
             m.header.kind == wire::message_kind::push || m.header.kind == wire::message_kind::pull;
@@ -1356,11 +1468,11 @@ private:
         encode(*pipe, m);
         auto done = counted(pipe, std::move(on_reply));
         if (!again) {
-            link->request(std::move(m), std::move(done));
+            link->request(std::move(m), std::move(done), time_left(deadline));
             return;
         }
-        link->request(std::move(m), [pipe, link, again = std::move(*again),
-                                     done](std::error_code ec, wire::message&& r) mutable {
+        auto retry = [pipe, link, again = std::move(*again), deadline,
+                      done](std::error_code ec, wire::message&& r) mutable {
             if (ec != errc::key_cache_miss) {
                 done(ec, std::move(r));
                 return;
@@ -1373,8 +1485,9 @@ private:
             c.key_cache_misses.fetch_add(1, std::memory_order_relaxed);
             c.key_cache.add({0, again.keys().size()});
             encode(*pipe, again);
-            link->request(std::move(again), std::move(done));
-        });
+            link->request(std::move(again), std::move(done), time_left(deadline));
+        };
+        link->request(std::move(m), std::move(retry), time_left(deadline));
     }
 
     /// Runs the store's filters on a push (before it is split), and counts its payload
@@ -1438,6 +1551,37 @@ private:
         kv_store* owner = nullptr;
     };
 
+    /// Takes the width from the table's declaration (when the options leave it 0), and
+    /// refuses a width or types that contradict it. @throws std::invalid_argument
+    void adopt_declaration(const std::optional<declared_table>& d) {
+        if (d) {
+            auto name = [](wire::scalar_type t) { return std::string(wire::type_name(t)); };
+            const auto id = std::to_string(opts_.table_id);
+            if (d->key_type != wire::scalar_type_of<Key> ||
+                d->value_type != wire::scalar_type_of<Value>) {
+                throw std::invalid_argument(
+                    "petrel::kv_store: table " + id + " is declared with keys " +
+                    name(d->key_type) + " and values " + name(d->value_type) +
+                    ", but this store has keys " + name(wire::scalar_type_of<Key>) +
+                    " and values " + name(wire::scalar_type_of<Value>));
+            }
+            dense_ = d->dense;
+            declared_width_ = true;
+            if (opts_.width == 0) {
+                opts_.width = d->width;
+            } else if (opts_.width != d->width) {
+                throw std::invalid_argument(
+                    "petrel::kv_store: kv_store_options::width is " + std::to_string(opts_.width) +
+                    " but table " + id + " is declared with width " + std::to_string(d->width) +
+                    " (table_spec::width); leave kv_store_options::width unset to take the "
+                    "declared one");
+            }
+        }
+        if (opts_.width == 0) {
+            opts_.width = 1;
+        }
+    }
+
     void check_width() const {
         if (opts_.width == 0 || opts_.width > std::numeric_limits<std::uint32_t>::max()) {
             throw std::invalid_argument("petrel::kv_store: width must be at least 1");
@@ -1470,8 +1614,11 @@ private:
             }
             auto& link = links_[n->id];
             if (!link) {
-                link = std::make_shared<detail::request_link>(transport_, n->address,
-                                                              opts_.request_timeout);
+                // A server whose address keeps refusing connections is treated as failed.
+                link = std::make_shared<detail::request_link>(
+                    transport_, n->address, opts_.request_timeout,
+                    detail::request_link_options{.unreachable_after =
+                                                     detail::default_unreachable_after});
                 if (closed_) {
                     failed.push_back(link); // closed with node_failed: the store is closed anyway
                 }
@@ -1503,20 +1650,25 @@ private:
         return a;
     }
 
-    /// Logs a slice's lost connection or timeout naming its server (the error code says
-    /// nothing about which server it was).
+    /// Logs a slice's lost connection, timeout, or unreachable server (its link gave up
+    /// connecting) naming its server (the error code says nothing about which it was).
     auto failure_report(const slice& s) const {
-        return [log = log_, self = opts_.node_id, server = s.server,
-                view = s.view](std::error_code ec) {
+        return [log = log_, self = opts_.node_id, server = s.server, view = s.view,
+                link = std::weak_ptr<detail::request_link>(s.link)](std::error_code ec) {
             const bool lost = ec == errc::connection_closed || ec == errc::timed_out ||
                               (ec && ec.category() != error_category());
-            if (!lost || !log) {
+            // node_failed from a link that gave up connecting (not from the view).
+            const auto l = ec == errc::node_failed ? link.lock() : nullptr;
+            const bool unreachable = l && l->unreachable() && !l->closed();
+            if ((!lost && !unreachable) || !log) {
                 return; // refusals name themselves; node_failed was logged with the view
             }
             const auto* n = view->find(server);
-            log(log_level::error, "petrel worker " + std::to_string(self) + ": a request to " +
-                                      (n ? n->describe() : "server " + std::to_string(server)) +
-                                      " failed: " + ec.message());
+            log(log_level::error,
+                "petrel worker " + std::to_string(self) + ": a request to " +
+                    (n ? n->describe() : "server " + std::to_string(server)) + " failed: " +
+                    (unreachable ? "its address cannot be reached, so it is treated as failed"
+                                 : ec.message()));
         };
     }
 
@@ -1531,8 +1683,33 @@ private:
         }
     }
 
+    /// Refuses keys outside the table's declared dense range; logs what is wrong with a
+    /// refused request (the error code alone cannot name the key or the shapes).
+    void check_request(prepared& p, std::string_view op) const {
+        if (!p.error && dense_ && p.count > 0) {
+            const std::uint64_t low = p.range ? std::uint64_t{p.range->begin}
+                                              : std::uint64_t{p.keys.template as<Key>()[0]};
+            const std::uint64_t high = p.range
+                                           ? std::uint64_t{p.range->end} - 1
+                                           : std::uint64_t{p.keys.template as<Key>()[p.count - 1]};
+            if (low < dense_->begin || high >= dense_->end) {
+                p.error = errc::key_out_of_range;
+                p.why = "key " + std::to_string(low < dense_->begin ? low : high) +
+                        " is outside the dense range [" + std::to_string(dense_->begin) + ", " +
+                        std::to_string(dense_->end) + ") of table " +
+                        std::to_string(opts_.table_id);
+            }
+        }
+        if (p.error && !p.why.empty() && log_) {
+            log_(log_level::error, "petrel worker " + std::to_string(opts_.node_id) + ": " +
+                                       std::string(op) + " refused (" + p.error.message() +
+                                       "): " + p.why);
+        }
+    }
+
     template <typename CompletionToken>
     auto initiate_pull(prepared p, CompletionToken&& token) {
+        check_request(p, "pull");
         return asio::async_initiate<CompletionToken, void(std::error_code, kv_pairs<Key, Value>)>(
             [this](auto handler, prepared p) {
                 this->start_pull(std::move(handler), std::move(p));
@@ -1544,7 +1721,11 @@ private:
     auto initiate_pull_into(prepared p, std::span<Value> out, CompletionToken&& token) {
         if (!p.error && out.size() != p.count * opts_.width) {
             p.error = errc::value_count_mismatch;
+            p.why = "a pull of " + std::to_string(p.count) + " keys of width " +
+                    std::to_string(opts_.width) + " into " + std::to_string(out.size()) +
+                    " values; expected " + std::to_string(p.count * opts_.width);
         }
+        check_request(p, "pull");
         return asio::async_initiate<CompletionToken, void(std::error_code)>(
             [this, out](auto handler, prepared p) {
                 this->start_pull(std::move(handler), std::move(p), out.data());
@@ -1554,6 +1735,7 @@ private:
 
     template <typename CompletionToken>
     auto initiate_push(prepared p, CompletionToken&& token) {
+        check_request(p, "push");
         return asio::async_initiate<CompletionToken, void(std::error_code)>(
             [this](auto handler, prepared p) {
                 this->start_push(std::move(handler), std::move(p));
@@ -1625,6 +1807,19 @@ private:
         return p;
     }
 
+    /// "values of shape [6, 3] for 2 keys; expected [2, 4] (or [8]): width 4 ..."
+    std::string shape_error(const std::vector<std::size_t>& shape, std::size_t keys) const {
+        std::string s = "values of shape [";
+        for (std::size_t i = 0; i < shape.size(); ++i) {
+            s += (i ? ", " : "") + std::to_string(shape[i]);
+        }
+        const auto w = opts_.width;
+        return s + "] for " + std::to_string(keys) + " keys; expected [" + std::to_string(keys) +
+               ", " + std::to_string(w) + "] (or [" + std::to_string(keys * w) +
+               "]): kv_store_options::width is " + std::to_string(w) +
+               (dense_ || declared_width_ ? " (the table's declared width)" : "");
+    }
+
     template <typename E>
     std::error_code copy_values(const E& e, prepared& p) {
         const std::size_t w = opts_.width;
@@ -1632,6 +1827,7 @@ private:
         const bool ok = (e.dimension() == 1 && shape[0] == p.count * w) ||
                         (e.dimension() == 2 && shape[0] == p.count && shape[1] == w);
         if (!ok) {
+            p.why = shape_error(std::vector<std::size_t>(shape.begin(), shape.end()), p.count);
             return errc::value_count_mismatch;
         }
         const std::size_t n = p.count * w;
@@ -1673,6 +1869,11 @@ private:
                   (shape.size() == 2 && shape[0] == p.count && shape[1] == w));
         }
         if (!ok) {
+            std::vector<std::size_t> dims{c->size()};
+            if constexpr (requires { c->shape(); }) {
+                dims.assign(c->shape().begin(), c->shape().end());
+            }
+            p.why = shape_error(dims, p.count);
             return errc::value_count_mismatch;
         }
         const Value* data = c->data();
@@ -2032,18 +2233,21 @@ private:
     };
 
     /// Sends `requests` now, or once the worker's own tick `own` has completed; if that
-    /// tick failed, sends nothing and calls `fail` with its error.
+    /// tick failed, sends nothing and calls `fail` with its error. The requests are due by
+    /// `deadline` (the call's): if the tick has not completed by then, nothing is sent and
+    /// `fail` gets `errc::timed_out`.
     template <typename Fail>
-    void send_when_gate_open(task<void> own, std::vector<outgoing> requests, Fail fail) const {
-        auto send = [pipe = pipe_](std::vector<outgoing>& rs) {
+    void send_when_gate_open(task<void> own, std::vector<outgoing> requests, Fail fail,
+                             std::chrono::steady_clock::time_point deadline) const {
+        auto send = [pipe = pipe_, deadline](std::vector<outgoing>& rs) {
             for (auto& r : rs) {
                 if (r.server == no_node) {
-                    send_request(pipe, r.link, r.cache, std::move(r.message),
-                                 std::move(r.on_reply));
+                    send_request(pipe, r.link, r.cache, std::move(r.message), std::move(r.on_reply),
+                                 deadline);
                 } else {
                     send_resilient(pipe, r.link, r.cache,
                                    make_resilient(*pipe, r.server, std::move(r.message),
-                                                  std::move(r.on_reply)));
+                                                  std::move(r.on_reply), deadline));
                 }
             }
         };
@@ -2051,8 +2255,25 @@ private:
             send(requests);
             return;
         }
+        if (own.ready()) {
+            if (auto ec = own.error()) {
+                fail(ec);
+            } else {
+                send(requests);
+            }
+            return;
+        }
         auto held = std::make_shared<std::vector<outgoing>>(std::move(requests));
-        own.on_complete([held, send, fail = std::move(fail)](std::error_code ec) {
+        auto race = std::make_shared<deadline_race>(transport_.get_executor());
+        deadline_race::arm(race, deadline, [held, fail] {
+            held->clear(); // (their callbacks hold the operation's state)
+            fail(make_error_code(errc::timed_out));
+        });
+        own.on_complete([held, send, race, fail = std::move(fail)](std::error_code ec) {
+            if (!race->decide()) {
+                return; // the deadline came first
+            }
+            race->cancel();
             if (ec) {
                 fail(ec);
             } else {
@@ -2075,6 +2296,7 @@ private:
     /// caller's memory `into` (`Into` true, completing with the error only).
     template <bool Into, typename Handler>
     void start_pull_into(Handler handler, prepared p, Value* into) {
+        const auto deadline = std::chrono::steady_clock::now() + pipe_->request_timeout;
         auto slot = asio::get_associated_cancellation_slot(handler);
         detail::completion done(std::move(handler), transport_.get_executor());
         using result_type = kv_pairs<Key, Value>;
@@ -2175,12 +2397,14 @@ private:
                  },
                  s.server});
         }
-        send_when_gate_open(std::move(own), std::move(requests),
-                            [join, complete](std::error_code ec) {
-                                if (auto d = join->take()) {
-                                    complete(std::move(*d), ec, result_type{});
-                                }
-                            });
+        send_when_gate_open(
+            std::move(own), std::move(requests),
+            [join, complete](std::error_code ec) {
+                if (auto d = join->take()) {
+                    complete(std::move(*d), ec, result_type{});
+                }
+            },
+            deadline);
     }
 
     template <typename Handler>
@@ -2225,7 +2449,9 @@ private:
         m.dense_begin = shards.front().dense_begin;
         m.dense_end = shards.front().dense_end;
         m.clock = cut;
+        m.clock_limit = cut;
         for (const auto& s : shards) {
+            m.clock_limit = std::max(m.clock_limit, s.clock_limit);
             if (s.state_width != m.state_width || s.updater != m.updater || s.dense != m.dense) {
                 throw std::runtime_error("the servers hold table " + std::to_string(table) +
                                          " with different update rules ('" + m.updater + "' and '" +
@@ -2270,6 +2496,7 @@ private:
 
     template <typename Result, typename Handler>
     void start_call(Handler handler, prepared_call c) {
+        const auto deadline = std::chrono::steady_clock::now() + pipe_->request_timeout;
         auto slot = asio::get_associated_cancellation_slot(handler);
         detail::completion done(std::move(handler), transport_.get_executor());
         using results = std::vector<Result>;
@@ -2331,16 +2558,23 @@ private:
             };
             requests.push_back({where->links[slots[i]], nullptr, std::move(m), std::move(cb)});
         }
-        send_when_gate_open(std::move(own), std::move(requests), [join](std::error_code ec) {
-            if (auto d = join->take()) {
-                std::move(*d).dispatch(ec, results{});
-            }
-        });
+        send_when_gate_open(
+            std::move(own), std::move(requests),
+            [join](std::error_code ec) {
+                if (auto d = join->take()) {
+                    std::move(*d).dispatch(ec, results{});
+                }
+            },
+            deadline);
     }
 
     any_transport transport_;
     options_type opts_;
     logger log_;
+    /// The job's declaration of this table, when the store was made from a worker and the
+    /// table is declared: its dense keys, and whether the width came from it.
+    std::optional<key_range<std::uint64_t>> dense_;
+    bool declared_width_ = false;
     std::shared_ptr<member> member_;
     std::size_t subscription_ = 0;
     std::shared_ptr<shared> shared_ = make_shared_owner();

@@ -4,6 +4,8 @@
 #include "support/events.hpp"
 
 #include <petrel/cluster/member.hpp>
+#include <petrel/server/remote_function.hpp>
+#include <petrel/server/table_registry.hpp>
 #include <petrel/transport/tcp_transport.hpp>
 
 #include <asio/use_future.hpp>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,7 +70,8 @@ struct job {
     std::shared_ptr<petrel::member> make(petrel::node_role role, std::uint32_t rank,
                                          std::string job_id = "job-a",
                                          std::chrono::milliseconds heartbeat = 50ms,
-                                         std::chrono::milliseconds heartbeat_timeout = 2000ms) {
+                                         std::chrono::milliseconds heartbeat_timeout = 2000ms,
+                                         std::optional<petrel::declarations> declared = {}) {
         petrel::member_options o;
         o.root = root;
         o.job_id = std::move(job_id);
@@ -78,6 +82,7 @@ struct job {
         o.heartbeat_interval = heartbeat;
         o.heartbeat_timeout = heartbeat_timeout;
         o.startup_timeout = 5000ms;
+        o.declared = std::move(declared);
         return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), quiet()), o);
     }
 };
@@ -589,4 +594,206 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
     CHECK(refused == static_cast<std::uint32_t>(petrel::errc::node_failed));
     t.close();
     next.close();
+}
+
+namespace {
+
+/// What a process declares: table 0 with update rule `rule` and width `width`, table 1
+/// dense, and the remote function "norm".
+template <typename Rule>
+petrel::declarations declaring(Rule rule, std::uint32_t width = 16) {
+    petrel::table_registry tables;
+    tables.add<std::uint64_t, float>(0, {.width = width}, rule);
+    tables.add<std::uint32_t, float>(1, {.dense = petrel::key_range<std::uint64_t>{0, 1000}});
+    petrel::function_registry functions;
+    functions.add<petrel::no_args, double>("norm",
+                                           [](const auto&, const petrel::no_args&) { return 0.0; });
+    auto d = tables.describe();
+    d.functions = functions.names();
+    return d;
+}
+
+} // namespace
+
+TEST_CASE("manager_node: declarations travel in the join message, bounded", "[cluster][manager]") {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::join;
+    b.job_id = "job-a";
+    const auto none = petrel::detail::read_control(petrel::detail::make_control(b));
+    REQUIRE(none);
+    CHECK_FALSE(none->declared.has_value());
+    b.declared = declaring(petrel::adagrad{});
+    const auto back = petrel::detail::read_control(petrel::detail::make_control(b));
+    REQUIRE(back);
+    REQUIRE(back->declared.has_value());
+    CHECK(*back->declared == *b.declared);
+    b.declared = petrel::declarations{};
+    const auto empty = petrel::detail::read_control(petrel::detail::make_control(b));
+    REQUIRE(empty);
+    CHECK(empty->declared == petrel::declarations{});
+    // More fields than a decoder takes: the body does not decode.
+    b.declared = petrel::declarations{{{0, {}}}, {}};
+    b.declared->tables[0].fields.resize(petrel::declarations::max_fields + 1);
+    CHECK_FALSE(petrel::detail::read_control(petrel::detail::make_control(b)).has_value());
+}
+
+TEST_CASE("manager_node: a node declaring other tables or functions is refused, naming the "
+          "difference; nodes declaring the same are accepted",
+          "[cluster][manager]") {
+    job j(1, 1, 2000ms, 10000ms, /*max_servers*/ 4);
+    const auto mine = declaring(petrel::adagrad{.eta = 0.05});
+    auto make = [&](petrel::node_role role, std::uint32_t rank,
+                    std::optional<petrel::declarations> d) {
+        return j.make(role, rank, "job-a", 50ms, 2000ms, std::move(d));
+    };
+    const std::vector<std::shared_ptr<petrel::member>> first{
+        make(petrel::node_role::server, 0, mine), make(petrel::node_role::worker, 1, mine)};
+    join_all(first);
+    const auto formed = j.manager.view();
+    REQUIRE(formed);
+
+    // Servers joining the running job: one whose update rule differs...
+    auto sgd = make(petrel::node_role::server, 2, declaring(petrel::sgd{}));
+    auto f = sgd->async_join(asio::use_future);
+    CHECK(code_of(f) == petrel::errc::declaration_mismatch);
+    CHECK_THAT(sgd->failure(),
+               Catch::Contains("table 0: update rule is sgd{eta=0.01,l1=0,l2=0} on this node "
+                               "but adagrad{eta=0.05,epsilon=1e-08,initial_accumulator=0} on "
+                               "the job's other nodes"));
+    CHECK_THAT(j.logs.all(), Catch::Contains("server rank 2") && Catch::Contains("refused") &&
+                                 Catch::Contains("table 0: update rule"));
+    // ... one whose width differs ...
+    auto wide = make(petrel::node_role::server, 3, declaring(petrel::adagrad{.eta = 0.05}, 32));
+    auto fw = wide->async_join(asio::use_future);
+    CHECK(code_of(fw) == petrel::errc::declaration_mismatch);
+    CHECK_THAT(
+        wide->failure(),
+        Catch::Contains("table 0: width is 32 on this node but 16 on the job's other nodes"));
+    // ... and one without the remote function.
+    auto no_function = mine;
+    no_function.functions.clear();
+    auto bare = make(petrel::node_role::server, 4, no_function);
+    auto fb = bare->async_join(asio::use_future);
+    CHECK(code_of(fb) == petrel::errc::declaration_mismatch);
+    CHECK_THAT(bare->failure(), Catch::Contains("remote function 'norm' is registered on the "
+                                                "job's other nodes but not on this node"));
+    CHECK(j.manager.view()->version == formed->version); // nobody was added
+
+    // A server declaring the same joins; so does one that declares nothing (not compared).
+    auto same = make(petrel::node_role::server, 5, mine);
+    auto fs = same->async_join(asio::use_future);
+    CHECK_FALSE(code_of(fs));
+    auto undeclared = make(petrel::node_role::server, 6, std::nullopt);
+    auto fu = undeclared->async_join(asio::use_future);
+    CHECK_FALSE(code_of(fu));
+}
+
+TEST_CASE("manager_node: a job that does not form after refusing a node for its declarations "
+          "says why",
+          "[cluster][manager]") {
+    job j(1, 1, 2000ms, 500ms);
+    auto s = j.make(petrel::node_role::server, 0, "job-a", 50ms, 2000ms, declaring(petrel::sum{}));
+    auto w =
+        j.make(petrel::node_role::worker, 1, "job-a", 50ms, 2000ms, declaring(petrel::sum{}, 32));
+    auto fs = s->async_join(asio::use_future);
+    auto fw = w->async_join(asio::use_future);
+    // Whichever registered first set the job's declarations; the other was refused.
+    const auto es = code_of(fs);
+    const auto ew = code_of(fw);
+    const bool server_refused = es == petrel::errc::declaration_mismatch;
+    CHECK((server_refused ? ew : es) == petrel::errc::timed_out);
+    CHECK((server_refused ? es : ew) == petrel::errc::declaration_mismatch);
+    const auto& refused = server_refused ? s : w;
+    const auto& waited = server_refused ? w : s;
+    CHECK_THAT(refused->failure(), Catch::Contains("table 0: width is"));
+    CHECK_THAT(waited->failure(), Catch::Contains("did not start") &&
+                                      Catch::Contains("was refused: table 0: width is"));
+    CHECK_THAT(j.manager.failure(), Catch::Contains("was refused: table 0: width is"));
+}
+
+TEST_CASE("manager_node: a node that leaves reporting a failure fails the others' barriers, "
+          "naming it and why",
+          "[cluster][manager]") {
+    job j(1, 2);
+    auto [s, w0, w1] = j.server_and_two_workers();
+    auto finished = j.manager.async_wait_finished(asio::use_future);
+    auto waiting = s->async_barrier(petrel::group::all, asio::use_future);
+    auto waiting_too = w0->async_barrier(petrel::group::all, asio::use_future);
+    CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
+    // Worker 3's training function threw: it says so instead of arriving at the barrier.
+    auto reported = w1->async_fail(
+        "the training function failed: width 4 expected\n3 values given\n", asio::use_future);
+    CHECK_FALSE(code_of(reported));
+    const std::string reason = "the training function failed: width 4 expected; 3 values given";
+    const std::string why = "worker 3 (worker #1, rank 2) failed: " + reason;
+    CHECK(code_of(waiting) == petrel::errc::node_failed);
+    CHECK(code_of(waiting_too) == petrel::errc::node_failed);
+    CHECK_THAT(s->failure(), Catch::Contains(why));
+    CHECK_THAT(w0->failure(), Catch::Contains(why));
+    // In the view, on one line, as any failure; barriers over its groups fail at once.
+    const auto v = j.manager.view();
+    REQUIRE(v);
+    CHECK(v->find(3)->state == petrel::node_state::failed);
+    CHECK(v->find(3)->failure == reason);
+    auto again = s->async_barrier(petrel::group::all, asio::use_future);
+    CHECK(code_of(again) == petrel::errc::node_failed);
+    auto servers = s->async_barrier(petrel::group::servers, asio::use_future);
+    CHECK_FALSE(code_of(servers));
+    // The others leave; the job is over, and failed for that reason.
+    CHECK(finished.wait_for(50ms) == std::future_status::timeout);
+    auto l0 = w0->async_leave(asio::use_future);
+    auto l1 = s->async_leave(asio::use_future);
+    CHECK_FALSE(code_of(l0));
+    CHECK_FALSE(code_of(l1));
+    CHECK(code_of(finished) == petrel::errc::node_failed);
+    CHECK_THAT(j.manager.failure(), Catch::Contains(why));
+    CHECK_THAT(j.logs.all(), Catch::Contains(why));
+}
+
+TEST_CASE("manager_node: a job that drops failed workers goes on without a worker that "
+          "reported its failure",
+          "[cluster][manager]") {
+    log_capture logs;
+    io_threads io{2};
+    petrel::transport_options quiet;
+    quiet.log = logs.logger();
+    petrel::manager_node manager(petrel::tcp_transport(io.executor(), quiet),
+                                 {.job_id = "job-d",
+                                  .servers = 1,
+                                  .workers = 2,
+                                  .drop_failed_workers = true,
+                                  .ring = {.partitions = 64}});
+    const auto root = manager.listen("127.0.0.1:0");
+    auto make = [&](petrel::node_role role, std::uint32_t rank) {
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = "job-d";
+        o.role = role;
+        o.rank = rank;
+        o.address = role == petrel::node_role::server ? "127.0.0.1:20000" : std::string{};
+        o.heartbeat_interval = 50ms;
+        o.startup_timeout = 5000ms;
+        return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), quiet), o);
+    };
+    auto s = make(petrel::node_role::server, 0);
+    auto w0 = make(petrel::node_role::worker, 1);
+    auto w1 = make(petrel::node_role::worker, 2);
+    join_all({s, w0, w1});
+    auto finished = manager.async_wait_finished(asio::use_future);
+    auto waiting = s->async_barrier(petrel::group::all, asio::use_future);
+    auto waiting_too = w0->async_barrier(petrel::group::all, asio::use_future);
+    CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
+    auto reported = w1->async_fail("the training function failed: diverged", asio::use_future);
+    CHECK_FALSE(code_of(reported));
+    // Dropped: nobody waits for it, and the job ends with success; the log names it.
+    CHECK_FALSE(code_of(waiting));
+    CHECK_FALSE(code_of(waiting_too));
+    auto l0 = w0->async_leave(asio::use_future);
+    auto l1 = s->async_leave(asio::use_future);
+    CHECK_FALSE(code_of(l0));
+    CHECK_FALSE(code_of(l1));
+    CHECK_FALSE(code_of(finished));
+    CHECK(manager.failure().empty());
+    CHECK_THAT(logs.all(), Catch::Contains("worker 3 (worker #1, rank 2) failed: the training "
+                                           "function failed: diverged"));
 }

@@ -7,8 +7,10 @@
 #include <petrel/cluster/manager_node.hpp>
 #include <petrel/transport/tcp_transport.hpp>
 
+#include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
 #include <asio/use_future.hpp>
+#include <asio/write.hpp>
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -85,6 +87,42 @@ TEST_CASE("member: an unreachable root fails the join after the startup timeout"
     CHECK(std::chrono::steady_clock::now() - start >= 400ms);
     CHECK_THAT(m.failure(), Catch::Contains(o.root) && Catch::Contains("did not answer"));
     CHECK(m.id() == petrel::no_node);
+}
+
+TEST_CASE("member: a root port held by a program that does not speak Petrel is named as such",
+          "[cluster][member]") {
+    log_capture logs;
+    io_threads io{1};
+    // Something else listens at the root: it answers every connection with HTTP.
+    asio::io_context other;
+    asio::ip::tcp::acceptor acceptor(other, {asio::ip::make_address("127.0.0.1"), 0});
+    const std::string root = "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
+    std::promise<void> done;
+    auto finished = done.get_future();
+    std::thread server([&] {
+        asio::ip::tcp::socket s(other);
+        std::error_code ec;
+        acceptor.accept(s, ec);
+        if (!ec) {
+            const std::string reply(4096, 'x');
+            asio::write(s, asio::buffer("HTTP/1.1 400 Bad Request\r\n" + reply), ec);
+        }
+        (void)finished.wait_for(10s); // keeps the connection until the test is done
+    });
+    petrel::transport_options t;
+    t.log = logs.logger();
+    auto o = worker_at(root);
+    o.startup_timeout = 5000ms;
+    petrel::member m(petrel::tcp_transport(io.executor(), t), o);
+    auto f = m.async_join(asio::use_future);
+    const bool ended = f.wait_for(8s) == std::future_status::ready;
+    done.set_value();
+    server.join();
+    REQUIRE(ended);
+    CHECK(code_of(f));
+    CHECK_THAT(m.failure(), Catch::Contains("root address " + root) &&
+                                Catch::Contains("not Petrel's") &&
+                                Catch::Contains("another program holds that port"));
 }
 
 TEST_CASE("member: a root that comes up late is joined", "[cluster][member]") {
@@ -225,4 +263,29 @@ TEST_CASE("member: bad options are refused at construction", "[cluster][member]"
     o = worker_at("127.0.0.1:1");
     o.manager_grace = -1ms;
     CHECK_THROWS_AS(petrel::member(petrel::tcp_transport(io.executor()), o), std::invalid_argument);
+}
+
+TEST_CASE("member: a node that reports its failure leaves, stops its heartbeats, and the others' "
+          "waits end naming it",
+          "[cluster][member]") {
+    small_job job;
+    job.join(worker_at(job.root));
+    auto& w = *job.w;
+    auto& s = *job.s;
+    auto finished = job.manager->async_wait_finished(asio::use_future);
+    auto waiting = s.async_barrier(petrel::group::all, asio::use_future);
+    CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
+    auto reported = w.async_fail("", asio::use_future); // no reason: it failed all the same
+    CHECK_FALSE(code_of(reported));
+    CHECK(code_of(waiting) == petrel::errc::node_failed);
+    CHECK_THAT(s.failure(), Catch::Contains("worker 2") &&
+                                Catch::Contains("failed: it failed (no reason given)"));
+    // Its heartbeats stopped with the answer: none reaches the manager, which would refuse
+    // it (a failed node), and its heartbeat timeout passes without a word from it.
+    std::this_thread::sleep_for(500ms);
+    CHECK_THAT(job.logs.all(),
+               !Catch::Contains("not a live member") && !Catch::Contains("was declared failed"));
+    auto left = s.async_leave(asio::use_future);
+    CHECK_FALSE(code_of(left));
+    CHECK(code_of(finished) == petrel::errc::node_failed);
 }

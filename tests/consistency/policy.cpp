@@ -1,6 +1,7 @@
 #include <petrel/consistency/policy.hpp>
 
 #include "support/cluster.hpp"
+#include "support/frames.hpp"
 
 #include <petrel/kv_store.hpp>
 #include <petrel/launch/run.hpp>
@@ -8,7 +9,10 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
 #include <asio/use_future.hpp>
+#include <asio/write.hpp>
 #include <catch2/catch.hpp>
 #include <xtensor/xrandom.hpp>
 
@@ -21,6 +25,9 @@
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <span>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -388,6 +395,101 @@ TEST_CASE("policy: a waiting pull is cancelled through its cancellation slot",
     cancel.emit(asio::cancellation_type::terminal);
     REQUIRE(result.wait_for(10s) == std::future_status::ready);
     CHECK(result.get() == asio::error::operation_aborted);
+}
+
+TEST_CASE("policy: a job whose server's parked reads fill up ends with a report, no hang",
+          "[consistency][policy][deadline]") {
+    auto cfg = job(1, 2);
+    constexpr auto deadline = 2000ms;
+    cfg.request_timeout = deadline;
+    std::atomic<bool> filled{false};
+    std::atomic<bool> trained{false};
+    std::atomic<bool> late{false};
+    std::mutex mutex;
+    std::error_code ended;
+    std::string logged;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = petrel::run(
+        cfg,
+        [&](petrel::worker_node& w) {
+            if (w.rank() == 1) {
+                // A client that fills the server's list of parked reads: pulls, as worker 1,
+                // that wait for a clock no worker reaches; it never reads the replies.
+                const auto address = w.view()->of_role(petrel::node_role::server).at(0)->address;
+                const auto colon = address.rfind(':');
+                asio::io_context io;
+                asio::ip::tcp::socket flood(io);
+                flood.connect({asio::ip::make_address(address.substr(0, colon)),
+                               static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1)))});
+                const std::vector<std::uint64_t> keys{1, 2, 3};
+                std::vector<std::byte> frames;
+                for (std::size_t i = 0; i < (std::size_t{1} << 16) + 16; ++i) {
+                    petrel::wire::message m;
+                    auto& h = m.header;
+                    h.kind = petrel::wire::message_kind::pull;
+                    h.sender = w.id();
+                    h.request_id = i + 1;
+                    h.key_type = petrel::wire::scalar_type_of<std::uint64_t>;
+                    h.value_type = petrel::wire::scalar_type_of<float>;
+                    h.key_count = keys.size();
+                    h.range_begin = keys.front();
+                    h.range_end = keys.back() + 1;
+                    h.worker = w.rank();
+                    h.clock = 1'000'000;
+                    m.set_segment(petrel::wire::keys_segment,
+                                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+                    const auto f = petrel::test::frame_of(m);
+                    frames.insert(frames.end(), f.begin(), f.end());
+                }
+                asio::write(flood, asio::buffer(frames));
+                filled = true;
+                for (int i = 0; i < 600 && !trained; ++i) {
+                    std::this_thread::sleep_for(50ms);
+                }
+                return;
+            }
+            // Worker 0 trains; its reads wait for worker 1, which never ticks: the server
+            // refuses them (its list is full) or they time out.
+            petrel::kv_store<std::uint64_t, float, petrel::sequential> kv(w);
+            for (int i = 0; i < 600 && !filled; ++i) {
+                std::this_thread::sleep_for(10ms);
+            }
+            const auto keys = dense_keys(16);
+            const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+            struct done_flag {
+                std::atomic<bool>& flag;
+                ~done_flag() { flag = true; }
+            } done{trained};
+            for (int it = 0; it < 10; ++it) {
+                auto pull = kv.pull(keys, asio::use_future);
+                if (pull.wait_for(deadline + 1s) != std::future_status::ready) {
+                    late = true;
+                    throw std::runtime_error("a pull outlived its deadline");
+                }
+                try {
+                    pull.get();
+                } catch (const std::system_error& e) {
+                    std::lock_guard lock(mutex);
+                    ended = e.code();
+                    throw;
+                }
+                kv.push(keys, ones, asio::use_future).get();
+                kv.clock();
+            }
+        },
+        [&](petrel::log_level level, std::string_view text) {
+            if (level == petrel::log_level::error) {
+                std::lock_guard lock(mutex);
+                logged += std::string(text) + "\n";
+            }
+        });
+    std::lock_guard lock(mutex);
+    INFO(logged);
+    CHECK(status == petrel::run_failed);
+    CHECK_FALSE(late);
+    CHECK((ended == petrel::errc::backlog_full || ended == petrel::errc::timed_out));
+    CHECK_THAT(logged, Catch::Contains("the training function failed"));
+    CHECK(std::chrono::steady_clock::now() - t0 < 60s);
 }
 
 TEST_CASE("policy: a worker index the servers do not know is refused", "[consistency][policy]") {

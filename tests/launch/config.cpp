@@ -110,7 +110,8 @@ TEST_CASE("config: embedded hosts every node it is given", "[launch]") {
     CHECK(s.first_worker == 0);
 }
 
-TEST_CASE("config: the program wins over argv, argv over the environment", "[launch]") {
+TEST_CASE("config: the program fixes a setting, argv overrides the environment and says so",
+          "[launch]") {
     const vars env = {{"PETREL_SERVERS", "7"},
                       {"PETREL_LAYOUT", "colocated"},
                       {"PETREL_ROOT", "env-host:1"},
@@ -118,35 +119,19 @@ TEST_CASE("config: the program wins over argv, argv over the environment", "[lau
                       {"PETREL_HEARTBEAT_INTERVAL", "70"},
                       {"PETREL_JOB_ID", "from-env"},
                       {"PETREL_BIND", "10.9.9.9"}};
-    const args argv = {"--servers",   "5",           "--layout=dedicated",   "--root",
-                       "argv-host:2", "--threads=6", "--heartbeat-interval", "50",
-                       "--job-id",    "from-argv"};
 
-    SECTION("program, argv and environment: the program's values") {
+    SECTION("each from one place") {
         config c;
         c.servers = 3;
-        c.layout = layout::colocated;
-        c.root = "program-host:3";
-        c.threads = 4;
         c.heartbeat_interval = 30ms;
-        c.job_id = "from-program";
-        const auto s = resolve_with(c, argv, env);
+        const auto s = resolve_with(c, {"--threads=6", "--job-id", "from-argv"},
+                                    {{"PETREL_LAYOUT", "colocated"}, {"PETREL_BIND", "10.9.9.9"}});
         CHECK(s.servers == 3);
-        CHECK(s.layout == layout::colocated);
-        CHECK(s.root == "program-host:3");
-        CHECK(s.threads == 4);
         CHECK(s.heartbeat_interval == 30ms);
-        CHECK(s.job_id == "from-program");
-        CHECK(s.bind == "10.9.9.9");
-    }
-    SECTION("argv and environment: argv's values") {
-        const auto s = resolve_with({}, argv, env);
-        CHECK(s.servers == 5);
-        CHECK(s.layout == layout::dedicated);
-        CHECK(s.root == "argv-host:2");
         CHECK(s.threads == 6);
-        CHECK(s.heartbeat_interval == 50ms);
         CHECK(s.job_id == "from-argv");
+        CHECK(s.layout == layout::colocated);
+        CHECK(s.bind == "10.9.9.9");
     }
     SECTION("environment only: its values") {
         const auto s = resolve_with({}, {}, env);
@@ -165,16 +150,54 @@ TEST_CASE("config: the program wins over argv, argv over the environment", "[lau
         CHECK(s.threads == 2);
         CHECK(s.job_id == "petrel");
     }
-    SECTION("a malformed variable is not read when a higher source wins") {
-        config c;
-        c.threads = 1;
-        const auto s = resolve_with(c, {}, {{"PETREL_THREADS", "many"}});
-        CHECK(s.threads == 1);
-        CHECK(resolve_with({}, {"--threads=3"}, {{"PETREL_THREADS", "many"}}).threads == 3);
+    SECTION("argv over the environment, each override noted") {
+        const args argv = {"--servers",   "5",           "--layout=dedicated",   "--root",
+                           "argv-host:2", "--threads=6", "--heartbeat-interval", "50",
+                           "--job-id",    "from-argv"};
+        const auto s = resolve_with({}, argv, env);
+        CHECK(s.servers == 5);
+        CHECK(s.layout == layout::dedicated);
+        CHECK(s.root == "argv-host:2");
+        CHECK(s.threads == 6);
+        CHECK(s.heartbeat_interval == 50ms);
+        CHECK(s.job_id == "from-argv");
+        CHECK(s.bind == "10.9.9.9");
+        REQUIRE(s.overridden.size() == 6);
+        CHECK(s.overridden[0] == "--servers=\"5\" overrides PETREL_SERVERS=\"7\"");
+        // The same value in both places overrides nothing.
+        CHECK(resolve_with({}, {"--servers=7"}, env).overridden.empty());
     }
-    SECTION("a malformed option is reported even when the program's field wins") {
+    SECTION("the same value in several places") {
+        config c;
+        c.servers = 7;
+        c.layout = layout::colocated;
+        const auto s =
+            resolve_with(c, {"--servers", "7", "--layout=colocated", "--threads=9"}, env);
+        CHECK(s.servers == 7);
+        CHECK(s.layout == layout::colocated);
+        CHECK(s.threads == 9);
+    }
+    SECTION("the program and argv disagree: refused, naming both") {
+        // The README's example fixes servers = 2; `--servers 3` is not silently dropped.
+        config c;
+        c.servers = 2;
+        const auto why = resolve_error(c, {"--servers", "3"});
+        CHECK_THAT(why, Catch::StartsWith("petrel: config::servers=\"2\" (in the program) and "
+                                          "--servers=\"3\" (on the command line) disagree") &&
+                            Catch::Contains("leave config::servers unset"));
+    }
+    SECTION("the program and the environment disagree") {
+        config c;
+        c.job_id = "from-program";
+        CHECK_THAT(resolve_error(c, {}, {{"PETREL_JOB_ID", "from-env"}}),
+                   Catch::Contains("config::job_id=\"from-program\"") &&
+                       Catch::Contains("PETREL_JOB_ID=\"from-env\" (in the environment)"));
+    }
+    SECTION("a malformed value is reported wherever it is") {
         config c;
         c.threads = 1;
+        CHECK_THAT(resolve_error(c, {}, {{"PETREL_THREADS", "many"}}),
+                   Catch::Contains("PETREL_THREADS"));
         CHECK_THAT(resolve_error(c, {"--threads=many"}), Catch::Contains("--threads"));
     }
 }
@@ -549,12 +572,15 @@ TEST_CASE("config: roles override", "[launch]") {
         CHECK(s.first_server == 2);
         CHECK(s.first_worker == 2);
     }
-    SECTION("the program's roles win over the command line's") {
+    SECTION("the program's roles are fixed: other roles on the command line are refused") {
         config c;
         c.roles = roles{node_role::worker};
         auto a = totals;
         a.push_back("--roles=server");
-        const auto s = resolve_with(c, a, launched(3, 4, {{"PETREL_ROLES", "server,worker"}}));
+        CHECK_THAT(resolve_error(c, a, launched(3, 4)),
+                   Catch::Contains("config::roles=\"worker\" (in the program) and "
+                                   "--roles=\"server\" (on the command line) disagree"));
+        const auto s = resolve_with(c, totals, launched(3, 4));
         CHECK(s.roles == roles{node_role::worker});
         CHECK(s.servers_here == 0);
         CHECK(s.workers_here == 1);

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -24,6 +25,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -166,6 +169,34 @@ TEST_CASE("run: a training function that throws fails the run with its message",
     CHECK_THAT(logged, Catch::Contains("diverged at step 7") && Catch::Contains("worker 3"));
 }
 
+TEST_CASE("run: a training function that throws fails the job with one line naming the worker",
+          "[cluster][launch]") {
+    auto cfg = quick_heartbeats();
+    cfg.job_id = "one-line";
+    cfg.servers = 1;
+    cfg.workers = 2;
+    std::mutex mutex;
+    std::vector<std::string> errors;
+    const int status = petrel::run(
+        cfg,
+        [](petrel::worker_node& w) {
+            if (w.rank() == 1) {
+                throw std::runtime_error("diverged at step 7\nloss is nan");
+            }
+        },
+        [&](petrel::log_level level, std::string_view text) {
+            if (level == petrel::log_level::error) {
+                std::lock_guard lock(mutex);
+                errors.emplace_back(text);
+            }
+        });
+    CHECK(status == petrel::run_failed);
+    // The last word is one line that says why, the worker and its exception named.
+    REQUIRE_FALSE(errors.empty());
+    CHECK(errors.back() == "petrel: job 'one-line' failed (rank 0): worker 3 (worker #1, rank 0) "
+                           "failed: the training function failed: diverged at step 7; loss is nan");
+}
+
 TEST_CASE("run: --help prints the options, a bad option is refused", "[cluster][launch]") {
     const char* help[] = {"trainer", "--help"};
     CHECK(petrel::run({}, 2, help, [](petrel::worker_node&) { FAIL("no job runs on --help"); }) ==
@@ -280,6 +311,59 @@ TEST_CASE("run: a rank whose manager cannot listen fails at once, no hang", "[cl
     CHECK_THAT(logged, Catch::Contains("could not start"));
 }
 
+TEST_CASE("run: a process declaring another update rule fails at join, naming table and field",
+          "[cluster][launch]") {
+    // Two ranks of one job in this process: rank 0 (manager, a server, the worker) declares
+    // adagrad for table 0, rank 1 (the other server) sgd. Neither may train.
+    const auto root = "127.0.0.1:" + std::to_string(petrel::test::free_port());
+    struct rank_run {
+        std::mutex mutex;
+        std::string logged;
+        int status = -1;
+    };
+    std::array<rank_run, 2> ranks;
+    std::atomic<int> trained{0};
+    auto start = [&](std::uint32_t rank, const char* roles, auto rule) {
+        auto cfg = quick_heartbeats();
+        cfg.startup_timeout = 3000ms;
+        petrel::table_registry tables;
+        tables.add<std::uint64_t, float>(0, {.width = 4}, rule);
+        cfg.tables = std::make_shared<const petrel::table_registry>(std::move(tables));
+        const auto env = petrel::map_environment({{"PETREL_RANK", std::to_string(rank)},
+                                                  {"PETREL_SIZE", "2"},
+                                                  {"PETREL_ROOT", root},
+                                                  {"PETREL_ROLES", roles},
+                                                  {"PETREL_SERVERS", "2"},
+                                                  {"PETREL_WORKERS", "1"},
+                                                  {"PETREL_JOB_ID", "declarations"}});
+        const char* argv[] = {"trainer"};
+        const auto s = petrel::resolve(cfg, 1, argv, env);
+        auto& r = ranks[rank];
+        return std::thread([&r, &trained, s] {
+            r.status = petrel::run(
+                s, [&](petrel::worker_node&) { ++trained; },
+                [&r](petrel::log_level, std::string_view text) {
+                    std::lock_guard lock(r.mutex);
+                    r.logged += std::string(text) + "\n";
+                });
+        });
+    };
+    auto first = start(0, "manager,server,worker", petrel::adagrad{});
+    std::this_thread::sleep_for(300ms); // rank 0's nodes usually register first
+    auto second = start(1, "server", petrel::sgd{});
+    first.join();
+    second.join();
+    const std::string all = ranks[0].logged + ranks[1].logged;
+    INFO(all);
+    CHECK(ranks[0].status == petrel::run_failed);
+    CHECK(ranks[1].status == petrel::run_failed);
+    CHECK(trained == 0);
+    // The refused rank names the first difference with both values.
+    CHECK_THAT(all, Catch::Contains("could not join: table 0: update rule is ") &&
+                        Catch::Contains("sgd{eta=0.01,l1=0,l2=0}") &&
+                        Catch::Contains("adagrad{eta=0.1,epsilon=1e-08,initial_accumulator=0}"));
+}
+
 TEST_CASE("run: four processes under the PETREL_ launcher", "[cluster][process]") {
     auto procs = start_job("[spmd]", 4, {});
     for (auto& p : procs) {
@@ -287,6 +371,45 @@ TEST_CASE("run: four processes under the PETREL_ launcher", "[cluster][process]"
         INFO(p->output());
         CHECK(p->exit_code() == 0);
     }
+}
+
+// Every worker pushes once; the training function of worker #1 (process rank 3 under the
+// test below) then throws. The test below checks that every process fails, saying why.
+TEST_CASE("run: a worker whose training function throws", "[.][spmd_worker_throws]") {
+    const int status = petrel::run(quick_heartbeats(), [](petrel::worker_node& w) {
+        petrel::kv_store<std::uint64_t, float> kv(w);
+        const std::vector<std::uint64_t> keys{1, 2, 3};
+        const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+        kv.push(keys, ones, asio::use_future).get();
+        kv.clock();
+        if (w.rank() == 1) {
+            throw std::runtime_error("width 4 expected, 3 values given");
+        }
+    });
+    std::fprintf(stderr, "petrel::run returned %d\n", status);
+    CHECK(status == petrel::run_ok); // fails, as it should: the job failed
+}
+
+TEST_CASE("run: a worker whose training function throws fails every process, servers too, "
+          "each saying why in one line",
+          "[cluster][process]") {
+    // Ranks 0 and 1 host only servers (ids 1 and 2; rank 0 the manager too), ranks 2 and 3
+    // the workers (ids 3 and 4).
+    const auto started = std::chrono::steady_clock::now();
+    auto procs = start_job("[spmd_worker_throws]", 4, {{"PETREL_HEARTBEAT_TIMEOUT", "1000"}});
+    const std::string why = "worker 4 (worker #1, rank 3) failed: the training function "
+                            "failed: width 4 expected, 3 values given";
+    for (int r = 0; r < 4; ++r) {
+        auto& p = procs[static_cast<std::size_t>(r)];
+        REQUIRE(p->wait_for(60s)); // no hang
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() != 0);
+        CHECK_THAT(p->output(), Catch::Contains("petrel::run returned 1\n"));
+        CHECK_THAT(p->output(),
+                   Catch::Contains("petrel: job 'test-" + std::to_string(::getpid()) +
+                                   "' failed (rank " + std::to_string(r) + "): " + why + "\n"));
+    }
+    CHECK(std::chrono::steady_clock::now() - started < 40s);
 }
 
 namespace {
@@ -973,6 +1096,154 @@ TEST_CASE("run: a server cut off by the network is declared failed, writes nothi
     CHECK_THAT(procs[0]->output(), Catch::Contains("took over its share of the key partitions"));
 }
 
+TEST_CASE("run: a store takes its width from the table's declaration, and refuses a contradiction",
+          "[cluster][launch]") {
+    petrel::table_registry tables;
+    tables.add<std::uint64_t, float>(6, {.width = 4});
+    tables.add<std::uint64_t, float>(8, {.dense = petrel::key_range<std::uint64_t>{0, 65}});
+    petrel::config cfg = quick_heartbeats();
+    cfg.servers = 2;
+    cfg.workers = 2;
+    cfg.tables = std::make_shared<const petrel::table_registry>(std::move(tables));
+    std::atomic<int> checked{0};
+    petrel::test::log_capture log;
+    REQUIRE(
+        petrel::run(
+            cfg,
+            [&](petrel::worker_node& w) {
+                petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 6});
+                CHECK(kv.options().width == 4);
+                const std::vector<std::uint64_t> keys{1, 70, 900};
+                xt::xtensor<float, 2> rows({3, 4}, float(w.rank() + 1));
+                kv.push(keys, rows, asio::use_future).get();
+                kv.clock();
+                const auto got = kv.pull(keys, asio::use_future).get();
+                CHECK(got.values()(2, 3) == 3.0f); // 1 + 2, from both workers
+
+                // A width that contradicts the declaration names both.
+                try {
+                    petrel::kv_store<std::uint64_t, float> bad(w, {.table_id = 6, .width = 3});
+                    FAIL("a contradicting width was accepted");
+                } catch (const std::invalid_argument& e) {
+                    CHECK_THAT(e.what(), Catch::Contains("kv_store_options::width is 3") &&
+                                             Catch::Contains("declared with width 4"));
+                }
+                // So do types that contradict it.
+                try {
+                    petrel::kv_store<std::uint32_t, double> bad(w, {.table_id = 6});
+                    FAIL("contradicting types were accepted");
+                } catch (const std::invalid_argument& e) {
+                    CHECK_THAT(e.what(), Catch::Contains(
+                                             "declared with keys std::uint64_t and values float"));
+                }
+                // A table that is not declared: scalars unless told otherwise.
+                CHECK(petrel::kv_store<std::uint64_t, float>(w, {.table_id = 7}).options().width ==
+                      1);
+
+                // Refused requests: the log names the key and range, or the shapes.
+                petrel::kv_store<std::uint64_t, float> dense(w, {.table_id = 8});
+                const std::vector<std::uint64_t> outside{3, 70};
+                CHECK_THROWS_AS(dense.pull(outside, asio::use_future).get(), std::system_error);
+                CHECK_THROWS_AS(
+                    dense.pull(petrel::key_range<std::uint64_t>{60, 66}, asio::use_future).get(),
+                    std::system_error);
+                const std::vector<std::uint64_t> two{1, 2};
+                CHECK_THROWS_AS(
+                    kv.push(two, xt::xtensor<float, 2>({2, 3}, 1.0f), asio::use_future).get(),
+                    std::system_error);
+                ++checked;
+            },
+            log.logger()) == petrel::run_ok);
+    CHECK(checked == 2);
+    const auto text = log.all();
+    INFO(text);
+    CHECK(text.find("key 70 is outside the dense range [0, 65) of table 8") != std::string::npos);
+    CHECK(text.find("key 65 is outside the dense range [0, 65) of table 8") != std::string::npos);
+    CHECK(text.find("values of shape [2, 3] for 2 keys; expected [2, 4] (or [8]): "
+                    "kv_store_options::width is 4") != std::string::npos);
+}
+
+TEST_CASE("run: remote functions see each row once, whatever the replicas", "[cluster][launch]") {
+    // Counts and sums over 3 servers: each server answers for the rows it holds as a
+    // primary, so the results add up to the table exactly, and a function that changes
+    // rows reports each row once.
+    using rows_and_sum = std::pair<std::uint64_t, double>; // rows, sum of their values
+    auto functions = std::make_shared<petrel::function_registry>();
+    functions->add<petrel::no_args, rows_and_sum>(
+        "count", [](auto& rows, const petrel::no_args&) -> rows_and_sum {
+            rows_and_sum r{0, 0.0};
+            rows.for_each([&](auto, auto row) {
+                ++r.first;
+                for (auto v : row) {
+                    r.second += double(v);
+                }
+            });
+            return r;
+        });
+    functions->add<float, std::uint64_t>("scale", [](auto& rows, const float& by) -> std::uint64_t {
+        rows.for_each([&](auto, auto row) {
+            for (auto& v : row) {
+                v *= by;
+            }
+        });
+        return rows.size();
+    });
+    for (std::uint32_t replicas : {0u, 1u, 2u}) {
+        INFO("replicas " << replicas);
+        petrel::config cfg = quick_heartbeats();
+        cfg.servers = 3;
+        cfg.workers = 1;
+        cfg.replicas = replicas;
+        cfg.functions = functions;
+        std::atomic<std::uint64_t> rows{0};
+        std::atomic<std::uint64_t> scaled{0};
+        std::mutex mutex;
+        double sum = 0;
+        double expected = 0;
+        REQUIRE(petrel::run(cfg, [&](petrel::worker_node& w) {
+                    petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 4, .width = 2});
+                    std::vector<std::uint64_t> keys;
+                    for (std::uint64_t i = 0; i < 5000; ++i) {
+                        keys.push_back(i < 3000 ? i : mix(i) >> 1);
+                    }
+                    std::sort(keys.begin(), keys.end());
+                    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+                    xt::xtensor<float, 2> values({keys.size(), 2});
+                    double total = 0;
+                    for (std::size_t i = 0; i < keys.size(); ++i) {
+                        values(i, 0) = float(i % 7);
+                        values(i, 1) = 1.0f;
+                        total += double(i % 7) + 1.0;
+                    }
+                    kv.push(keys, values, asio::use_future).get();
+                    kv.clock();
+                    const petrel::key_range<std::uint64_t> all{0, ~std::uint64_t{0}};
+                    std::uint64_t n = 0;
+                    double s = 0;
+                    for (const auto& part :
+                         kv.call<rows_and_sum>("count", all, petrel::no_args{}, asio::use_future)
+                             .get()) {
+                        n += part.first;
+                        s += part.second;
+                    }
+                    std::uint64_t changed = 0;
+                    for (auto c :
+                         kv.call<std::uint64_t>("scale", all, 2.0f, asio::use_future).get()) {
+                        changed += c;
+                    }
+                    std::lock_guard lock(mutex);
+                    rows = n;
+                    sum = s;
+                    expected = total;
+                    scaled = changed;
+                    CHECK(n == keys.size());
+                }) == petrel::run_ok);
+        CHECK(rows.load() > 4900);
+        CHECK(scaled.load() == rows.load());
+        CHECK(sum == expected);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Checkpoints: a consistent cut under sequential, restored onto another number of servers.
 // ---------------------------------------------------------------------------------------
@@ -999,6 +1270,7 @@ struct ckpt_result {
     std::vector<float> dense;
     std::vector<float> sparse;
     std::uint64_t started_at = 0;
+    std::uint64_t clock_at_start = ~std::uint64_t{0}; // the store's clock, as a worker starts
 };
 
 /// Trains both tables from the checkpoint's clock (0 without one) to `ckpt_iterations`;
@@ -1010,6 +1282,10 @@ void ckpt_train(petrel::worker_node& w, ckpt_result& out, int save_at, const std
     std::uint64_t start = 0;
     if (!w.restored_from().empty()) {
         start = petrel::read_checkpoint(w.restored_from(), 0).clock;
+    }
+    if (w.rank() == 0) {
+        std::lock_guard lock(out.mutex);
+        out.clock_at_start = dense.current_clock();
     }
     const petrel::key_range<std::uint64_t> all{0, ckpt_dense_keys};
     for (std::uint64_t it = start; it < ckpt_iterations; ++it) {
@@ -1127,6 +1403,104 @@ TEST_CASE("run: train, checkpoint, stop, restore on more servers, continue: bitw
     CHECK(refused.dense.empty());
     INFO(log.all());
     CHECK(log.all().find(shard.string()) != std::string::npos);
+}
+
+TEST_CASE("run: a job restored twice resumes at the job's iteration, bitwise the same",
+          "[checkpoint]") {
+    // One uninterrupted run, against: train to 5 and save; restore onto 3 servers, train
+    // to 8 and save; restore onto 2 servers and finish. Clocks and the second manifest
+    // count from the job's first iteration, not from the restore.
+    ckpt_result straight;
+    REQUIRE(petrel::run(ckpt_job(2), [&](petrel::worker_node& w) {
+                ckpt_train(w, straight, -1, {});
+            }) == petrel::run_ok);
+    CHECK(straight.clock_at_start == 0);
+
+    scratch_dir first;
+    scratch_dir second;
+    ckpt_result a;
+    REQUIRE(petrel::run(ckpt_job(2), [&](petrel::worker_node& w) {
+                ckpt_train(w, a, 5, first.path.string());
+            }) == petrel::run_ok);
+    REQUIRE(petrel::read_checkpoint(first.path, 0).clock == 5);
+
+    ckpt_result b;
+    REQUIRE(petrel::run(ckpt_job(3, first.path.string()), [&](petrel::worker_node& w) {
+                ckpt_train(w, b, 8, second.path.string());
+            }) == petrel::run_ok);
+    CHECK(b.started_at == 5);
+    CHECK(b.clock_at_start == 5);
+    for (std::uint32_t table : {0u, 1u}) {
+        const auto m = petrel::read_checkpoint(second.path, table);
+        CHECK(m.clock == 8);
+        CHECK(m.clock_limit == 8); // sequential: an exact cut
+    }
+
+    ckpt_result c;
+    REQUIRE(petrel::run(ckpt_job(2, second.path.string()), [&](petrel::worker_node& w) {
+                ckpt_train(w, c, -1, {});
+            }) == petrel::run_ok);
+    CHECK(c.started_at == 8);
+    CHECK(c.clock_at_start == 8);
+    REQUIRE(c.dense.size() == straight.dense.size());
+    REQUIRE(c.sparse.size() == straight.sparse.size());
+    CHECK(std::memcmp(c.dense.data(), straight.dense.data(),
+                      straight.dense.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(c.sparse.data(), straight.sparse.data(),
+                      straight.sparse.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("run: a checkpoint under bounded_delay records the clocks it may hold", "[checkpoint]") {
+    // Each worker adds 1 to key t at clock t (after a pull that waits as bounded_delay<2>
+    // says), worker 0 slowly. Worker 0 saves after clock 10: every push of the clocks
+    // below the manifest's clock is in, none of a clock at or above its clock_limit.
+    constexpr std::uint64_t iterations = 20;
+    constexpr std::uint64_t save_at = 10;
+    scratch_dir dir;
+    petrel::config cfg = quick_heartbeats();
+    cfg.servers = 2;
+    cfg.workers = 3;
+    cfg.request_timeout = 20000ms;
+    REQUIRE(petrel::run(cfg, [&](petrel::worker_node& w) {
+                petrel::kv_store<std::uint64_t, float, petrel::bounded_delay<2>> kv(
+                    w, {.table_id = 5});
+                for (std::uint64_t t = 0; t < iterations; ++t) {
+                    const std::vector<std::uint64_t> key{t};
+                    (void)kv.pull(key, asio::use_future).get();
+                    kv.push(key, xt::xtensor<float, 1>{1.0f}, asio::use_future).get();
+                    if (w.rank() == 0) {
+                        std::this_thread::sleep_for(30ms);
+                    }
+                    kv.clock();
+                    if (w.rank() == 0 && t + 1 == save_at) {
+                        kv.save(dir.path.string(), asio::use_future).get();
+                    }
+                }
+            }) == petrel::run_ok);
+    const auto m = petrel::read_checkpoint(dir.path, 5);
+    CHECK(m.clock == save_at - 2);  // a pull at clock 10 needs the clocks below 8
+    CHECK(m.clock_limit > m.clock); // the other workers were ahead
+    std::map<std::uint64_t, float> saved;
+    for (const auto& shard : m.shards) {
+        const auto rows = petrel::detail::read_shard(
+            petrel::detail::table_dir(dir.path, 5) / shard.file, m, shard, std::uint64_t{1} << 30);
+        for (std::uint64_t r = 0; r < rows.rows; ++r) {
+            std::uint64_t key = 0;
+            float value = 0;
+            std::memcpy(&key, rows.keys.data() + r * sizeof key, sizeof key);
+            std::memcpy(&value, rows.values.data() + r * sizeof value, sizeof value);
+            saved[key] = value;
+        }
+    }
+    for (std::uint64_t t = 0; t < iterations; ++t) {
+        INFO("key " << t << ", clock " << m.clock << ", clock_limit " << m.clock_limit);
+        const float v = saved.count(t) != 0 ? saved[t] : 0.0f;
+        if (t < m.clock) {
+            CHECK(v == 3.0f);
+        } else if (t >= m.clock_limit) {
+            CHECK(v == 0.0f);
+        }
+    }
 }
 
 TEST_CASE("run: a standby manager takes the job over when the manager's process is killed, no "

@@ -494,6 +494,7 @@ TEST_CASE("checkpoint: a manifest round-trips", "[checkpoint]") {
     m.dense_begin = 100;
     m.dense_end = 1'000'100;
     m.clock = 42;
+    m.clock_limit = 45;
     m.shards = {{"shard-0.bin", 0, 500'000, 123'456, 0xFEDCBA9876543210u},
                 {"shard-2.bin", 2, 0, 80, 1},
                 {"shard-1.bin", 1, 499'999, 120'000, 0}};
@@ -685,6 +686,16 @@ TEST_CASE("checkpoint: missing or damaged manifests are refused, naming the file
     SECTION("a missing field") {
         with("\"clock\": 0,", "");
         require_refused(read, file, "malformed manifest");
+    }
+    SECTION("a manifest without clock_limit (an older one) reads it as its clock") {
+        with("\"clock_limit\": 0,", "");
+        CHECK(petrel::detail::read_manifest(tdir) == m);
+        with("\"clock\": 0,\n    \"clock_limit\": 0,", "\"clock\": 7,");
+        CHECK(petrel::detail::read_manifest(tdir).clock_limit == 7);
+    }
+    SECTION("a clock_limit below the clock") {
+        with("\"clock\": 0,", "\"clock\": 7,");
+        require_refused(read, file, "clock_limit 0 is below clock 7");
     }
     SECTION("a field of the wrong type") {
         with("\"width\": 8", "\"width\": \"eight\"");

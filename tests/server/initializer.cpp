@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 using petrel::initializer;
 
@@ -59,4 +60,14 @@ TEST_CASE("initializer: uniform values stay between low and high and fill the in
     CHECK(lo < -0.099);
     CHECK(hi > 0.299);
     CHECK(sum / count == Approx(0.1).margin(0.005));
+}
+
+TEST_CASE("initializer: describe names the kind and every parameter", "[server]") {
+    CHECK(initializer::zeros().describe() == "zeros");
+    CHECK(initializer::constant(0.25).describe() == "constant{value=0.25}");
+    CHECK(initializer::uniform(-1, 1, 7).describe() == "uniform{low=-1,high=1,seed=7}");
+    CHECK(initializer::normal(0, 0.01, 1).describe() == "normal{mean=0,stddev=0.01,seed=1}");
+    CHECK(initializer::normal(0, 0.01, 1).describe() != initializer::normal(0, 0.01, 2).describe());
+    CHECK(initializer::normal(0, 0.01, 1).describe() != initializer::normal(0, 0.02, 1).describe());
+    CHECK(initializer::uniform(0, 1, 1).describe() != initializer::normal(0, 1, 1).describe());
 }

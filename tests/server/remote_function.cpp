@@ -636,3 +636,12 @@ TEST_CASE("remote_function: a registry is called from several threads at once",
         CHECK(sums[i] == Approx(expected));
     }
 }
+
+TEST_CASE("remote_function: names lists the registered functions in order",
+          "[server][remote_function]") {
+    function_registry functions;
+    CHECK(functions.names().empty());
+    functions.add<no_args, double>("norm", sum_of_squares);
+    functions.add<no_args, double>("count", sum_of_squares);
+    CHECK(functions.names() == std::vector<std::string>{"count", "norm"});
+}

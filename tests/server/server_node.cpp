@@ -133,8 +133,10 @@ struct fixture {
     petrel::connection_ptr conn;
     std::uint64_t next_id = 1;
 
-    explicit fixture(petrel::transport_options opts = {})
-        : server(make_server(opts)), address(server.listen(factory.listen_address())),
+    explicit fixture(petrel::transport_options opts = {},
+                     petrel::server_options so = {.node_id = server_id})
+        : server(make_server(opts, std::move(so))),
+          address(server.listen(factory.listen_address())),
           client_transport(factory.make(io.executor())) {
         auto p = std::make_shared<std::promise<petrel::connection_ptr>>();
         auto f = p->get_future();
@@ -151,9 +153,9 @@ struct fixture {
         REQUIRE(conn);
     }
 
-    petrel::server_node make_server(petrel::transport_options opts) {
+    petrel::server_node make_server(petrel::transport_options opts, petrel::server_options so) {
         opts.log = log.logger();
-        return petrel::server_node(factory.make(io.executor(), opts), {.node_id = server_id});
+        return petrel::server_node(factory.make(io.executor(), opts), std::move(so));
     }
 
     /// Sends `m` with a fresh request id and returns the reply.
@@ -383,6 +385,72 @@ TEMPLATE_TEST_CASE("server_node: key_count counts distinct keys per table", "[se
     REQUIRE(f.call(push_of<std::uint64_t, float>(6, {1, 2}, {1, 1})).header.status == 0);
     CHECK(f.server.key_count(6) == 102);
     CHECK(f.pull(6, {0, 1, 3, 297}) == std::vector<float>{2, 1, 2, 2});
+}
+
+TEMPLATE_TEST_CASE("server_node: a full list of parked reads refuses new reads at once and "
+                   "still answers the parked ones",
+                   "[server][consistency]", over_tcp, over_inproc) {
+    constexpr std::size_t max_parked = 8;
+    fixture<TestType> f({}, {.node_id = server_id, .workers = 2, .max_parked = max_parked});
+    REQUIRE(f.call(push_of<std::uint64_t, float>(0, {1, 2}, {3, 4})).header.status == 0);
+    const auto all = petrel::key_range<std::uint64_t>::all();
+    auto read = [&](std::uint64_t clock) {
+        auto m = pull_of<std::uint64_t, float>(0, {1, 2});
+        m.header.worker = 0;
+        m.header.clock = clock;
+        m.header.range_begin = all.begin;
+        m.header.range_end = all.end;
+        return m;
+    };
+    auto send = [&](wire::message m) {
+        m.header.request_id = f.next_id++;
+        auto reply = f.client.expect(m.header.request_id);
+        f.conn->send(std::move(m));
+        return reply;
+    };
+    // Admitted: reads that wait for clock 1 of both workers.
+    std::vector<std::future<wire::message>> admitted;
+    for (int i = 0; i < 3; ++i) {
+        admitted.push_back(send(read(1)));
+    }
+    // The rest of the list: reads that wait for a clock no worker reaches.
+    std::vector<std::future<wire::message>> stuck;
+    for (std::size_t i = admitted.size(); i < max_parked; ++i) {
+        stuck.push_back(send(read(1000)));
+    }
+    // The list is full: a read that would wait is refused at once, one that need not
+    // wait is answered.
+    const auto refused = f.call(read(1));
+    CHECK(refused.header.kind == wire::message_kind::pull_reply);
+    CHECK(refused.header.status == static_cast<std::uint32_t>(errc::backlog_full));
+    CHECK(f.call(read(0)).header.status == 0);
+    CHECK(f.server.parked(0) == max_parked);
+    for (auto& r : admitted) {
+        CHECK(r.wait_for(0s) == std::future_status::timeout);
+    }
+    // Both workers complete clock 1: the admitted reads are answered, the others wait on.
+    for (std::uint32_t w = 0; w < 2; ++w) {
+        wire::message tick;
+        tick.header.kind = wire::message_kind::clock;
+        tick.header.sender = client_id;
+        tick.header.receiver = server_id;
+        tick.header.table_id = 0;
+        tick.header.worker = w;
+        tick.header.clock = 1;
+        tick.header.range_begin = all.begin;
+        tick.header.range_end = all.end;
+        REQUIRE(f.call(std::move(tick)).header.status == 0);
+    }
+    for (auto& r : admitted) {
+        REQUIRE(r.wait_for(timeout) == std::future_status::ready);
+        const auto m = r.get();
+        CHECK(m.header.status == 0);
+        CHECK(values_of<float>(m) == std::vector<float>{3, 4});
+    }
+    for (auto& r : stuck) {
+        CHECK(r.wait_for(0s) == std::future_status::timeout);
+    }
+    CHECK(f.server.parked(0) == stuck.size());
 }
 
 TEST_CASE("server_node: several connections share the tables", "[server]") {

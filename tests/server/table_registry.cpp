@@ -14,6 +14,8 @@
 #include <memory>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -318,4 +320,145 @@ TEST_CASE("table: dense key runs across pages read and update whole blocks", "[s
                reinterpret_cast<std::byte*>(one.data()));
         CHECK(one[0] == Approx(expected(199, 0)));
     }
+}
+
+namespace {
+
+/// The fields of table 0's declaration in `t`.
+std::vector<std::pair<std::string, std::string>> fields_of(const petrel::table_registry& t) {
+    const auto d = t.describe();
+    REQUIRE(d.tables.size() == 1);
+    CHECK(d.tables[0].id == 0);
+    CHECK(d.functions.empty());
+    return d.tables[0].fields;
+}
+
+/// The fields in which two one-table registries differ, by name.
+std::vector<std::string> differing(const petrel::table_registry& a,
+                                   const petrel::table_registry& b) {
+    const auto fa = fields_of(a);
+    const auto fb = fields_of(b);
+    REQUIRE(fa.size() == fb.size());
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < fa.size(); ++i) {
+        REQUIRE(fa[i].first == fb[i].first);
+        if (fa[i].second != fb[i].second) {
+            names.push_back(fa[i].first);
+        }
+    }
+    return names;
+}
+
+} // namespace
+
+TEST_CASE("table_registry: describe writes every field of a declared table", "[server]") {
+    petrel::table_registry t;
+    t.add<std::uint32_t, double>(0,
+                                 {.width = 16,
+                                  .dense = key_range<std::uint64_t>{0, 1 << 20},
+                                  .init = petrel::initializer::normal(0, 0.01, 1),
+                                  .aggregate = petrel::aggregation::mean,
+                                  .replicas = 0},
+                                 petrel::adagrad{.eta = 0.05});
+    using field = std::pair<std::string, std::string>;
+    CHECK(fields_of(t) ==
+          std::vector<field>{
+              {"key type", "std::uint32_t"},
+              {"value type", "double"},
+              {"width", "16"},
+              {"dense range", "[0, 1048576)"},
+              {"initializer", "normal{mean=0,stddev=0.01,seed=1}"},
+              {"aggregation", "mean"},
+              {"replicas", "0"},
+              {"update rule", "adagrad{eta=0.05,epsilon=1e-08,initial_accumulator=0}"}});
+    CHECK(t.find(0)->rule == "adagrad{eta=0.05,epsilon=1e-08,initial_accumulator=0}");
+
+    petrel::table_registry sparse;
+    sparse.add<std::uint64_t, float>(0, {});
+    const auto f = fields_of(sparse);
+    CHECK(f[3] == field{"dense range", "none (sparse)"});
+    CHECK(f[4] == field{"initializer", "zeros"});
+    CHECK(f[5] == field{"aggregation", "sum"});
+    CHECK(f[6] == field{"replicas", "the job's"});
+    CHECK(f[7] == field{"update rule", "sum"});
+}
+
+TEST_CASE("table_registry: declarations differ in exactly the field that differs", "[server]") {
+    using k64 = std::uint64_t;
+    const petrel::table_spec base{.width = 8, .init = petrel::initializer::constant(0.5)};
+    auto one = [](auto declare) {
+        petrel::table_registry t;
+        declare(t);
+        return t;
+    };
+    const auto reference =
+        one([&](auto& t) { t.template add<k64, float>(0, base, petrel::sgd{.eta = 0.01}); });
+    CHECK(differing(reference, reference).empty());
+    CHECK(reference.describe() == one([&](auto& t) {
+                                      t.template add<k64, float>(0, base, petrel::sgd{.eta = 0.01});
+                                  }).describe());
+
+    auto spec = [&](auto change) {
+        auto s = base;
+        change(s);
+        return s;
+    };
+    using names = std::vector<std::string>;
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<std::uint32_t, float>(0, base, petrel::sgd{.eta = 0.01});
+                    })) == names{"key type"});
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, double>(0, base, petrel::sgd{.eta = 0.01});
+                    })) == names{"value type"});
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, float>(0, spec([](auto& s) { s.width = 32; }),
+                                                   petrel::sgd{.eta = 0.01});
+                    })) == names{"width"});
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, float>(0, spec([](auto& s) {
+                                                       s.dense = key_range<k64>{0, 100};
+                                                   }),
+                                                   petrel::sgd{.eta = 0.01});
+                    })) == names{"dense range"});
+    CHECK(differing(one([&](auto& t) {
+                        t.template add<k64, float>(0, spec([](auto& s) {
+                                                       s.dense = key_range<k64>{0, 100};
+                                                   }));
+                    }),
+                    one([&](auto& t) {
+                        t.template add<k64, float>(0, spec([](auto& s) {
+                                                       s.dense = key_range<k64>{0, 101};
+                                                   }));
+                    })) == names{"dense range"});
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, float>(
+                            0, spec([](auto& s) { s.init = petrel::initializer::constant(0.25); }),
+                            petrel::sgd{.eta = 0.01});
+                    })) == names{"initializer"});
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, float>(
+                            0, spec([](auto& s) { s.aggregate = petrel::aggregation::mean; }),
+                            petrel::sgd{.eta = 0.01});
+                    })) == names{"aggregation"});
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, float>(0, spec([](auto& s) { s.replicas = 1; }),
+                                                   petrel::sgd{.eta = 0.01});
+                    })) == names{"replicas"});
+    // The rule's kind and each of its parameters.
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, float>(0, base, petrel::adagrad{.eta = 0.01});
+                    })) == names{"update rule"});
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, float>(0, base, petrel::sgd{.eta = 0.02});
+                    })) == names{"update rule"});
+    CHECK(differing(reference, one([&](auto& t) {
+                        t.template add<k64, float>(0, base, petrel::sgd{.eta = 0.01, .l2 = 1e-4});
+                    })) == names{"update rule"});
+
+    // What the manager tells a node whose rule differs.
+    const auto adagrad =
+        one([&](auto& t) { t.template add<k64, float>(0, base, petrel::adagrad{}); });
+    CHECK(petrel::first_difference(reference.describe(), adagrad.describe()) ==
+          "table 0: update rule is sgd{eta=0.01,l1=0,l2=0} on this node but "
+          "adagrad{eta=0.1,epsilon=1e-08,initial_accumulator=0} on the job's other nodes");
 }

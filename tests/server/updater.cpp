@@ -5,6 +5,8 @@
 #include <cmath>
 #include <random>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -214,4 +216,43 @@ TEST_CASE("updater: the type-erased rule keeps name, state and init_state", "[se
         void update(std::span<double>, std::span<double>, std::span<const double>) const {}
     };
     CHECK(petrel::detail::make_updater<double>(unnamed{})->name() == "user");
+}
+
+namespace {
+
+struct unnamed_rule {
+    std::size_t state_size(std::size_t width) const { return width + 1; }
+    void update(std::span<double>, std::span<double>, std::span<const double>) const {}
+};
+
+struct named_rule : unnamed_rule {
+    static constexpr std::string_view name = "clipped";
+};
+
+} // namespace
+
+TEST_CASE("updater: a rule is described with its parameters, a user rule by name and state",
+          "[server]") {
+    using petrel::detail::make_updater;
+    CHECK(make_updater<float>(petrel::sum{})->describe(4) == "sum");
+    CHECK(make_updater<float>(petrel::sgd{})->describe(4) == "sgd{eta=0.01,l1=0,l2=0}");
+    CHECK(make_updater<float>(petrel::sgd{.eta = 0.5, .l1 = 1e-3, .l2 = 2})->describe(4) ==
+          "sgd{eta=0.5,l1=0.001,l2=2}");
+    CHECK(make_updater<float>(petrel::adagrad{})->describe(4) ==
+          "adagrad{eta=0.1,epsilon=1e-08,initial_accumulator=0}");
+    CHECK(make_updater<double>(petrel::ftrl{.l1 = 0})->describe(4) ==
+          "ftrl{alpha=0.1,beta=1,l1=0,l2=1}");
+    CHECK(make_updater<double>(petrel::adam{})->describe(4) ==
+          "adam{eta=0.001,beta1=0.9,beta2=0.999,epsilon=1e-08}");
+    // Parameters that differ in the last bit still differ.
+    CHECK(make_updater<float>(petrel::sgd{.eta = 0.1 + 0.2})->describe(1) !=
+          make_updater<float>(petrel::sgd{.eta = 0.3})->describe(1));
+
+    auto stateless = petrel::update_fn<float>([](std::span<float>, std::span<const float>) {});
+    auto stateful = petrel::update_fn<float>(
+        2, [](std::span<float>, std::span<float>, std::span<const float>) {});
+    CHECK(make_updater<float>(stateless)->describe(4) == "function{state=0}");
+    CHECK(make_updater<float>(stateful)->describe(4) == "function{state=8}");
+    CHECK(make_updater<double>(unnamed_rule{})->describe(3) == "user{state=4}");
+    CHECK(make_updater<double>(named_rule{})->describe(3) == "clipped{state=4}");
 }

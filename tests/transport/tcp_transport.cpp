@@ -128,6 +128,8 @@ TEST_CASE("tcp_transport: listen reports the bound port and refuses bad addresse
     CHECK(a != "127.0.0.1:0");
     CHECK_THROWS_AS(t.listen("no-port-here", {}), std::system_error);
     CHECK_THROWS_AS(t.listen(a, {}), std::system_error); // taken
+    // The error names the address, not only the system's "Address already in use".
+    CHECK_THROWS_WITH(t.listen(a, {}), Catch::Contains("cannot listen on " + a));
 }
 
 TEST_CASE("tcp_transport: connect to nothing fails, connect to a listener succeeds",

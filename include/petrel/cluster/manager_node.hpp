@@ -6,6 +6,7 @@
 #include <petrel/cluster/ring.hpp>
 #include <petrel/cluster/scheduler.hpp>
 #include <petrel/cluster/view.hpp>
+#include <petrel/core/declarations.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/transport/connection.hpp>
@@ -27,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -53,7 +55,8 @@ struct manager_options {
     /// that move to it, then their updates, and once it reports its copies complete
     /// (`member::async_ready`) the next view makes it their primary.
     std::uint32_t max_servers = 0;
-    /// A worker that fails (its heartbeats stop or its connection drops) is dropped, as if
+    /// A worker that fails (its heartbeats stop, its connection drops, or it reports a
+    /// failure: its training function threw, `member::async_fail`) is dropped, as if
     /// it had left: its share of each data set goes to the other workers of its group,
     /// the tables' clocks and barriers stop waiting for it, and the job goes on without
     /// the updates it had not pushed. The paper's choice for workers, where losing a
@@ -83,10 +86,11 @@ struct manager_options {
 /// and worker has, it assigns node ids (servers, then workers, each ordered by process
 /// rank), places keys on the servers with a `ring`, and sends every node the first
 /// membership view. Afterwards it keeps the view current: a node that leaves, stops
-/// sending heartbeats within `heartbeat_timeout`, or loses its connection gets a new
-/// state in a new view version, sent to every live node. It also runs barriers over
-/// groups of nodes; a barrier that waits on a failed node fails with
-/// `errc::node_failed`.
+/// sending heartbeats within `heartbeat_timeout`, loses its connection, or reports that
+/// it failed (`member::async_fail`, with its reason) gets a new state in a new view
+/// version, sent to every live node. It also runs barriers over groups of nodes; a
+/// barrier that waits on a failed node fails with `errc::node_failed`, naming the node
+/// and why it failed.
 ///
 /// It is also the job's scheduler. Data sets defined by workers (`member::async_assign`)
 /// are cut into chunks and divided among the live workers of their group; every change
@@ -96,6 +100,14 @@ struct manager_options {
 /// Readers (workers of read-only groups) may attach to the running job and detach at
 /// any time: they are in the view but in no barrier, and a reader that dies fails
 /// nothing but itself.
+///
+/// Every process of a job must declare the same tables and remote functions. A node
+/// sends its process's declarations when it joins (`member_options::declared`); the
+/// first node that does sets the job's, and a later node whose declarations differ is
+/// refused with `errc::declaration_mismatch` and a text that names the first table and
+/// field (or remote function) that differ, with both values. A node that sends no
+/// declarations is not compared (and sets nothing). A job that then does not form says
+/// so in its startup failure.
 ///
 /// @par Example
 /// @code
@@ -285,6 +297,10 @@ private:
         clock::time_point first_return{};
         std::uint64_t returned_secret = 0;
         std::vector<joining> held_joins;
+        // The job's declarations (tables, remote functions): those of the first node that
+        // joined with some; and the first refusal for a difference, for a startup failure.
+        std::optional<declarations> declared;
+        std::string declaration_refused;
         std::map<std::string, schedule_state> schedules;
         std::vector<std::function<void(std::error_code)>> waiters;
         std::error_code result;
@@ -391,7 +407,7 @@ private:
                     on_barrier(c, m.header, body->barrier_group, out);
                     break;
                 case control_op::leave:
-                    on_leave(c, m.header, out, done);
+                    on_leave(c, m.header, body->text, out, done);
                     break;
                 case control_op::retire:
                     on_retire(c, m.header, out, done);
@@ -454,6 +470,21 @@ private:
                                           "the manager at " + address + " runs job '" +
                                               opts.job_id + "', not '" + b.job_id + "'")});
                 return;
+            }
+            if (b.declared) {
+                if (!declared) {
+                    declared = b.declared;
+                } else if (auto why = first_difference(*b.declared, *declared); !why.empty()) {
+                    const std::string who = std::string(to_string(b.role)) + " rank " +
+                                            std::to_string(b.rank) + " index " +
+                                            std::to_string(b.local) + " at " + c->remote_address();
+                    report(log_level::error, who + " refused: " + why);
+                    if (declaration_refused.empty()) {
+                        declaration_refused = who + " was refused: " + why;
+                    }
+                    out.push_back({c, refusal(h, errc::declaration_mismatch, why)});
+                    return;
+                }
             }
             if (b.id != no_node) {
                 on_return(c, h, std::move(b), out, done);
@@ -1344,8 +1375,10 @@ private:
             try_release(g, out);
         }
 
+        /// A node is done and leaves; with `failure`, it failed (its training function
+        /// threw, say) and is declared failed with that reason, as on a missed heartbeat.
         void on_leave(const connection_ptr& c, const wire::message_header& h,
-                      std::vector<outgoing>& out,
+                      const std::string& failure, std::vector<outgoing>& out,
                       std::vector<std::function<void(std::error_code)>>& done) {
             auto it = by_conn.find(c.get());
             if (it == by_conn.end() || members.count(it->second) == 0) {
@@ -1354,6 +1387,15 @@ private:
                 return;
             }
             const node_id id = it->second;
+            if (!failure.empty()) {
+                by_conn.erase(it);
+                fail_node(id, detail::one_line(failure), out, done);
+                control_body b;
+                b.op = control_op::leave;
+                b.version = view->version; // the view that says it failed
+                out.push_back({c, detail::make_control(b, &h)});
+                return;
+            }
             members.erase(id);
             by_conn.erase(it);
             auto v = std::make_shared<membership_view>(*view);
@@ -1713,6 +1755,9 @@ private:
                       " servers and " + std::to_string(workers) + " of " +
                       std::to_string(opts.workers) + " workers registered within " +
                       std::to_string(opts.startup_timeout.count()) + " ms";
+            if (!declaration_refused.empty()) {
+                failure += " (" + declaration_refused + ")";
+            }
             report(log_level::error, "job '" + opts.job_id + "' did not start: " + failure);
             for (const auto& j : joins) {
                 out.push_back({j.conn, refusal(j.request, errc::timed_out,

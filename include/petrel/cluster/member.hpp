@@ -5,6 +5,7 @@
 #include <petrel/cluster/node.hpp>
 #include <petrel/cluster/scheduler.hpp>
 #include <petrel/cluster/view.hpp>
+#include <petrel/core/declarations.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/transport/detail/completion.hpp>
@@ -21,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +58,13 @@ struct member_options {
     /// manager (barriers, data sets, rounds, leaving) wait and are sent to the manager
     /// that takes over. 0: no looking, a lost manager ends every wait at once.
     std::chrono::milliseconds manager_grace{30000};
+    /// What this node's process declares: its tables and remote functions (`petrel::run`
+    /// sets them from `config::tables` and `config::functions`). The manager compares
+    /// them with the job's, those of the first node that joined with declarations, and
+    /// refuses a node whose declarations differ with `errc::declaration_mismatch`, naming
+    /// the first table and field (or function) that differ. A node without declarations
+    /// (none given) is not compared.
+    std::optional<petrel::declarations> declared{};
 };
 
 /// One node's membership of a job: it registers with the manager at the root address,
@@ -126,9 +135,10 @@ public:
 
     /// Registers with the manager and completes once every node of the job has: with no
     /// error and this node's id and view set, or with `errc::job_mismatch`, `errc::job_full`,
-    /// `errc::timed_out` (the job did not form in time) or `errc::manager_unreachable`
-    /// (the root never answered within the startup timeout). Signature
-    /// `void(std::error_code)`.
+    /// `errc::declaration_mismatch` (its tables or remote functions differ from the job's:
+    /// `failure()` names the first difference), `errc::timed_out` (the job did not form
+    /// in time) or `errc::manager_unreachable` (the root never answered within the startup
+    /// timeout). Signature `void(std::error_code)`.
     template <typename CompletionToken>
     auto async_join(CompletionToken&& token) {
         return asio::async_initiate<CompletionToken, void(std::error_code)>(
@@ -239,6 +249,27 @@ public:
                                                                      transport_.get_executor()));
             },
             token);
+    }
+
+    /// Tells the manager this node failed, and why, and leaves (stopping the heartbeats):
+    /// `petrel::run` calls it for a worker whose training function threw, instead of the
+    /// final barrier. The manager declares the node failed with `why` as the reason (on
+    /// one line, at most 4096 bytes), as it does a node whose heartbeats stopped: a
+    /// barrier over its groups, waiting or later, fails with `errc::node_failed` naming
+    /// it and why, and the job fails (`manager_node::async_wait_finished`), unless the job
+    /// survives the node (a worker of a job that drops failed workers,
+    /// `manager_options::drop_failed_workers`). Completes once the manager recorded it.
+    /// Signature `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto async_fail(std::string why, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this](auto handler, std::string why) {
+                auto text = detail::one_line(why);
+                state_->leave(detail::once_function<std::error_code>(std::move(handler),
+                                                                     transport_.get_executor()),
+                              text.empty() ? "it failed (no reason given)" : std::move(text));
+            },
+            token, std::move(why));
     }
 
     /// A server leaves the running job gracefully: the manager moves its key ranges to
@@ -417,6 +448,7 @@ private:
             b.local = opts.local;
             b.address = opts.address;
             b.worker_group = opts.group;
+            b.declared = opts.declared;
             return b;
         }
 
@@ -473,12 +505,21 @@ private:
             }
             if (ec) {
                 auto body = detail::read_control(m);
+                const bool not_petrel =
+                    ec == errc::bad_magic || ec == errc::header_too_large ||
+                    ec == errc::frame_too_large || ec == errc::malformed_header ||
+                    ec == errc::segment_size_mismatch || ec == errc::malformed_payload;
                 const std::string why =
                     body && !body->text.empty()
                         ? body->text
                         : (ec == errc::timed_out
                                ? "the job did not form within " +
                                      std::to_string(opts.startup_timeout.count()) + " ms"
+                           : not_petrel
+                               ? "the root address " + opts.root +
+                                     " answered with bytes that are not Petrel's (" + ec.message() +
+                                     "): another program holds that port; give the job a free "
+                                     "root port (--root, PETREL_ROOT)"
                                : ec.message());
                 remember("could not join: " + why);
                 done(ec);
@@ -899,9 +940,11 @@ private:
             });
         }
 
-        void leave(done_fn done) {
+        /// Leaves; with `failure`, as a failed node (see `async_fail`).
+        void leave(done_fn done, std::string failure = {}) {
             detail::control_body b;
             b.op = detail::control_op::leave;
+            b.text = std::move(failure);
             std::weak_ptr<state> weak = weak_from_this();
             call(b, opts.heartbeat_timeout, [weak, done = std::move(done)](std::error_code ec) {
                 if (auto self = weak.lock()) {

@@ -7,6 +7,7 @@
 #include <petrel/cluster/view.hpp>
 #include <petrel/consistency/worker_clock.hpp>
 #include <petrel/core/key.hpp>
+#include <petrel/core/key_range.hpp>
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
 
@@ -24,6 +25,16 @@
 #include <vector>
 
 namespace petrel {
+
+/// A table as the job declares it (`table_registry`), as far as a worker's stores need:
+/// a store made from a worker takes its width from here and checks its types.
+struct declared_table {
+    std::uint32_t width = 1;
+    wire::scalar_type key_type = wire::scalar_type::u64;
+    wire::scalar_type value_type = wire::scalar_type::f32;
+    /// A dense table's keys (`table_spec::dense`); a store refuses keys outside them.
+    std::optional<key_range<std::uint64_t>> dense{};
+};
 
 /// A worker that has joined its job: its id and rank, the job's view, barriers, the
 /// scheduler's work for it, and what a `kv_store` needs to reach the servers
@@ -138,6 +149,27 @@ public:
     void set_restored_from(std::string dir) { restored_from_ = std::move(dir); }
 
     /// This worker's clock on table `table_id`, shared by its stores of that table.
+    /// What the job declares of table `table_id` (`config::tables`), as stores made from
+    /// this worker need it: its width and types. `petrel::run` declares every table.
+    void declare(std::uint32_t table_id, declared_table t) {
+        std::lock_guard lock(clocks_mutex_);
+        declared_[table_id] = t;
+    }
+
+    /// The declaration of `table_id`; nothing when the table is not declared.
+    [[nodiscard]] std::optional<declared_table> declared(std::uint32_t table_id) const {
+        std::lock_guard lock(clocks_mutex_);
+        const auto it = declared_.find(table_id);
+        return it == declared_.end() ? std::nullopt : std::optional<declared_table>(it->second);
+    }
+
+    /// This worker's clock on `table_id` starts at `start` (a restored job's clock, from
+    /// the checkpoint), so that its stores count clocks from the job's first iteration.
+    /// `petrel::run` calls it for every table of the checkpoint it restored.
+    void resume_at(std::uint32_t table_id, clock_type start) {
+        clock_of(table_id)->start_at(start);
+    }
+
     [[nodiscard]] std::shared_ptr<detail::worker_clock> clock_of(std::uint32_t table_id) {
         std::lock_guard lock(clocks_mutex_);
         auto& c = clocks_[table_id];
@@ -199,7 +231,8 @@ private:
     std::string group_;
     std::uint32_t workers_ = 0;
     std::uint32_t servers_ = 0;
-    std::mutex clocks_mutex_;
+    mutable std::mutex clocks_mutex_; // guards clocks_ and declared_; takes no other lock
+    std::map<std::uint32_t, declared_table> declared_;
     std::map<std::uint32_t, std::shared_ptr<detail::worker_clock>> clocks_;
 };
 

@@ -59,6 +59,15 @@ struct worker_clock {
 
     /// The job's clock this worker adopted when its first call was `clock()` (0 when it
     /// adopted none that way): its ticks count from there (see `adopt_first_tick`).
+    /// Starts the clock at `start` (a restored job's clock) unless it has moved already.
+    void start_at(clock_type start) {
+        std::lock_guard lock(mutex);
+        if (current == 0 && !last_tick.valid()) {
+            current = start;
+        }
+        started.store(true, std::memory_order_release);
+    }
+
     clock_type base = 0;
 
     /// For a worker whose first call is `clock()`: before its first tick goes out it asks

@@ -61,10 +61,12 @@ enum class errc : int {
     not_permitted,
     // Elasticity.
     in_progress,
+    // Cluster membership (continued).
+    declaration_mismatch,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::in_progress;
+inline constexpr errc last_errc = errc::declaration_mismatch;
 
 namespace detail {
 
@@ -109,8 +111,10 @@ public:
             return "key type differs from the table's key type on the server: use one key type "
                    "per table id";
         case errc::width_mismatch:
-            return "values per key differ from the table's width on the server: use one width "
-                   "per table id";
+            return "values per key (kv_store_options::width) differ from the table's width on "
+                   "the server (its declared table_spec::width, or the width of its first "
+                   "push): use one width per table id, or leave kv_store_options::width unset "
+                   "to take the declared one";
         case errc::connection_closed:
             return "the connection to the peer closed before the operation completed";
         case errc::timed_out:
@@ -180,6 +184,12 @@ public:
             return "the change asked for has begun and takes more steps (a server without "
                    "replicas hands its key partitions over before it leaves): ask again once "
                    "they are done";
+        case errc::declaration_mismatch:
+            return "the node's process declares other tables or remote functions than the "
+                   "job's other nodes (ids, key and value types, width, dense range, "
+                   "initializer, aggregation, update rule and its parameters, function names): "
+                   "declare the same ones in every process (config::tables, config::functions); "
+                   "the node's log names the first difference";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

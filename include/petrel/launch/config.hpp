@@ -71,8 +71,10 @@ parse_worker_failure(std::string_view s) noexcept {
     return std::nullopt;
 }
 
-/// The settings a program fixes in code. Every field is optional: a field that is set wins
-/// over the command line, which wins over the environment, which wins over the defaults.
+/// The settings a program fixes in code. Every field is optional. A field set here is
+/// fixed: `resolve` refuses a command-line option or environment variable that gives it
+/// another value, naming both. Fields left unset come from the command line, else the
+/// environment, else their defaults.
 ///
 /// Each field's comment gives its command-line option and its environment variable; see
 /// `usage()` for the defaults.
@@ -199,6 +201,9 @@ struct settings {
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
     bool help = false;
+    /// The environment variables a command-line option overrode, one line each
+    /// ("--root=\"h:9\" overrides PETREL_ROOT=\"10.0.0.1:7000\""): `petrel::run` logs them.
+    std::vector<std::string> overridden;
     /// The command-line arguments that are not Petrel's, `argv[0]` first, in their order,
     /// for the program's own parsing.
     std::vector<std::string> rest;
@@ -516,35 +521,58 @@ struct config_parse_roles {
     }
 };
 
-/// Picks a setting: the program's field, else the command line, else the environment.
-/// A Petrel option on the command line is parsed even when the program's field wins, so a
-/// malformed one is always reported; the environment is read only when it is used.
+/// Picks a setting from the program's field, the command line and the environment.
+///
+/// A field the program sets is fixed in code, where a user of the program cannot see it:
+/// a command-line option or variable with another value is refused, naming both, rather
+/// than silently dropped (the same value is fine). Otherwise the command line wins over
+/// the environment, and the variable it overrides is noted in `overridden` (for the log).
+/// Every value given is parsed, so a malformed one is always reported.
 template <typename T, typename Parse>
 [[nodiscard]] std::optional<config_value<T>>
 config_pick(const std::optional<T>& program, std::string_view field, const command_line& cl,
-            const environment& env, Parse parse) {
+            const environment& env, std::vector<std::string>& overridden, Parse parse) {
     const config_option option = *find_config_option(field);
-    std::optional<config_value<T>> from_argv{};
-    if (const auto it = cl.values.find(option.name); it != cl.values.end()) {
-        const std::string origin = "--" + std::string(option.name);
-        from_argv = config_value<T>{parse(origin, it->second), origin, it->second};
-    }
+    std::optional<config_value<T>> from_program;
+    std::optional<config_value<T>> from_argv;
+    std::optional<config_value<T>> from_env;
     if (program) {
         std::string origin = "config::" + std::string(option.name);
         std::replace(origin.begin(), origin.end(), '-', '_');
-        return config_value<T>{*program, std::move(origin), config_describe(*program)};
+        from_program = config_value<T>{*program, std::move(origin), config_describe(*program)};
     }
-    if (from_argv) {
-        return from_argv;
+    if (const auto it = cl.values.find(option.name); it != cl.values.end()) {
+        const std::string origin = "--" + std::string(option.name);
+        from_argv = config_value<T>{parse(origin, it->second), origin, it->second};
     }
     if (env) {
         if (auto text = env(option.variable)) {
             const std::string origin(option.variable);
             T value = parse(origin, *text);
-            return config_value<T>{std::move(value), origin, std::move(*text)};
+            from_env = config_value<T>{std::move(value), origin, std::move(*text)};
         }
     }
-    return std::nullopt;
+    const auto where = [](const config_value<T>& v) { return v.origin + "=\"" + v.text + "\""; };
+    if (from_program) {
+        for (const auto* other : {&from_argv, &from_env}) {
+            if (*other && !((*other)->value == from_program->value)) {
+                throw config_error(
+                    "petrel: " + where(*from_program) + " (in the program) and " + where(**other) +
+                    (other == &from_argv ? " (on the command line)" : " (in the environment)") +
+                    " disagree: the program fixes this setting; leave " + from_program->origin +
+                    " unset in the program to take it from the command line or the "
+                    "environment, or give the same value");
+            }
+        }
+        return from_program;
+    }
+    if (from_argv) {
+        if (from_env && !(from_env->value == from_argv->value)) {
+            overridden.push_back(where(*from_argv) + " overrides " + where(*from_env));
+        }
+        return from_argv;
+    }
+    return from_env;
 }
 
 template <typename T>
@@ -793,47 +821,56 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
                                              const environment& env) {
     using std::chrono::milliseconds;
     settings s;
+    std::vector<std::string> overridden;
     s.launch = detect_launcher(env);
     s.help = cl.help;
     s.rest = cl.rest;
     const bool launched = s.launch.kind != launcher_kind::embedded;
 
-    const auto servers = config_pick(program.servers, "servers", cl, env, config_parse_count{});
-    const auto workers = config_pick(program.workers, "workers", cl, env, config_parse_count{});
-    const auto layout = config_pick(program.layout, "layout", cl, env, config_parse_layout{});
-    const auto root = config_pick(program.root, "root", cl, env, config_parse_text{});
-    const auto bind = config_pick(program.bind, "bind", cl, env, config_parse_text{});
+    const auto servers =
+        config_pick(program.servers, "servers", cl, env, overridden, config_parse_count{});
+    const auto workers =
+        config_pick(program.workers, "workers", cl, env, overridden, config_parse_count{});
+    const auto layout =
+        config_pick(program.layout, "layout", cl, env, overridden, config_parse_layout{});
+    const auto root = config_pick(program.root, "root", cl, env, overridden, config_parse_text{});
+    const auto bind = config_pick(program.bind, "bind", cl, env, overridden, config_parse_text{});
     const auto advertise =
-        config_pick(program.advertise, "advertise", cl, env, config_parse_text{});
-    const auto job_id = config_pick(program.job_id, "job-id", cl, env, config_parse_text{});
-    const auto roles = config_pick(program.roles, "roles", cl, env, config_parse_roles{});
-    const auto restore = config_pick(program.restore, "restore", cl, env, config_parse_text{});
-    const auto replicas = config_pick(program.replicas, "replicas", cl, env, config_parse_whole{});
+        config_pick(program.advertise, "advertise", cl, env, overridden, config_parse_text{});
+    const auto job_id =
+        config_pick(program.job_id, "job-id", cl, env, overridden, config_parse_text{});
+    const auto roles =
+        config_pick(program.roles, "roles", cl, env, overridden, config_parse_roles{});
+    const auto restore =
+        config_pick(program.restore, "restore", cl, env, overridden, config_parse_text{});
+    const auto replicas =
+        config_pick(program.replicas, "replicas", cl, env, overridden, config_parse_whole{});
     const auto max_servers =
-        config_pick(program.max_servers, "max-servers", cl, env, config_parse_whole{});
+        config_pick(program.max_servers, "max-servers", cl, env, overridden, config_parse_whole{});
     const auto max_workers =
-        config_pick(program.max_workers, "max-workers", cl, env, config_parse_whole{});
-    const auto join = config_pick(program.join, "join", cl, env, config_parse_join{});
-    const auto standby = config_pick(program.standby, "standby", cl, env, config_parse_text{});
+        config_pick(program.max_workers, "max-workers", cl, env, overridden, config_parse_whole{});
+    const auto join = config_pick(program.join, "join", cl, env, overridden, config_parse_join{});
+    const auto standby =
+        config_pick(program.standby, "standby", cl, env, overridden, config_parse_text{});
     const auto worker_failure = config_pick(program.worker_failure, "worker-failure", cl, env,
-                                            config_parse_worker_failure{});
-    const auto grace = config_or(
-        config_pick(program.manager_grace, "manager-grace", cl, env, config_parse_duration{}),
-        milliseconds(30000));
-    const auto threads =
-        config_or(config_pick(program.threads, "threads", cl, env, config_parse_count{}), 2u);
+                                            overridden, config_parse_worker_failure{});
+    const auto grace = config_or(config_pick(program.manager_grace, "manager-grace", cl, env,
+                                             overridden, config_parse_duration{}),
+                                 milliseconds(30000));
+    const auto threads = config_or(
+        config_pick(program.threads, "threads", cl, env, overridden, config_parse_count{}), 2u);
     const auto interval = config_or(config_pick(program.heartbeat_interval, "heartbeat-interval",
-                                                cl, env, config_parse_duration{}),
+                                                cl, env, overridden, config_parse_duration{}),
                                     milliseconds(200));
     const auto timeout = config_or(config_pick(program.heartbeat_timeout, "heartbeat-timeout", cl,
-                                               env, config_parse_duration{}),
+                                               env, overridden, config_parse_duration{}),
                                    milliseconds(2000));
-    const auto startup = config_or(
-        config_pick(program.startup_timeout, "startup-timeout", cl, env, config_parse_duration{}),
-        milliseconds(30000));
-    const auto request = config_or(
-        config_pick(program.request_timeout, "request-timeout", cl, env, config_parse_duration{}),
-        milliseconds(30000));
+    const auto startup = config_or(config_pick(program.startup_timeout, "startup-timeout", cl, env,
+                                               overridden, config_parse_duration{}),
+                                   milliseconds(30000));
+    const auto request = config_or(config_pick(program.request_timeout, "request-timeout", cl, env,
+                                               overridden, config_parse_duration{}),
+                                   milliseconds(30000));
 
     for (const auto* v : {&servers, &workers}) {
         if (*v) {
@@ -963,6 +1000,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         }
         s.restore = restore->value;
     }
+    s.overridden = std::move(overridden);
     return s;
 }
 
@@ -1021,8 +1059,11 @@ inline void config_wrap(std::string& out, std::string_view text, std::size_t ind
 /// Resolves this process's settings from the program's `config`, the command line and the
 /// environment, and decides which nodes the process hosts.
 ///
-/// A field set in `program` wins over a command-line option, which wins over an environment
-/// variable, which wins over the default. Options are written `--servers 4` or
+/// A setting may come from a field set in `program`, a command-line option or an
+/// environment variable (else its default). A field the program sets is fixed: an option
+/// or variable that disagrees with it is refused, naming both. A command-line option wins
+/// over an environment variable, and `settings::overridden` says which it overrode. Nothing
+/// given is silently dropped. Options are written `--servers 4` or
 /// `--servers=4`; arguments that are not Petrel's options (including other `--flags`, and
 /// everything from a `--` on) are returned in `rest`, in order, after `argv[0]`. When
 /// an option is given twice the last one counts.
@@ -1048,7 +1089,7 @@ inline void config_wrap(std::string& out, std::string_view text, std::size_t ind
 /// @code
 /// int main(int argc, char** argv) {
 ///     petrel::config program;
-///     program.layout = petrel::layout::colocated;   // wins over --layout and PETREL_LAYOUT
+///     program.layout = petrel::layout::colocated;   // --layout dedicated is then refused
 ///     petrel::settings s = petrel::resolve(program, argc, argv);
 ///     if (s.help) {
 ///         std::cout << petrel::usage(argv[0]);
@@ -1092,8 +1133,9 @@ inline void config_wrap(std::string& out, std::string_view text, std::size_t ind
     std::string out = "Usage: " + std::string(program_name) + " [Petrel options] [options]\n\n";
     detail::config_wrap(out,
                         "Petrel options. Each may also be set with its environment variable; "
-                        "a value set by the program wins over the command line, which wins "
-                        "over the environment.",
+                        "the command line wins over the environment (the log says what it "
+                        "overrode). A setting the program fixes cannot be changed: an option "
+                        "or variable that gives it another value is refused.",
                         0, width);
     out += '\n';
     for (const auto& o : detail::config_options()) {

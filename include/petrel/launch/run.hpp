@@ -21,8 +21,10 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,7 +37,9 @@
 namespace petrel {
 
 /// The training code of one worker; `petrel::run` calls it once per worker it hosts, each
-/// on its own thread. Throwing fails the worker (and its process's exit status).
+/// on its own thread. Throwing fails the worker, and the job with it: every process of
+/// the job ends with `run_failed`, naming the worker and the exception's message (unless
+/// the job drops failed workers, `worker_failure::drop`: then only this process does).
 using worker_function = std::function<void(worker_node&)>;
 
 /// What `run` returns.
@@ -46,6 +50,28 @@ enum run_status : int {
 };
 
 namespace detail {
+
+/// The clock of each table checkpoint in `dir` (`table-<id>/manifest.json`); the tables
+/// whose manifest cannot be read are left out.
+[[nodiscard]] inline std::map<std::uint32_t, clock_type>
+checkpoint_clocks(const std::filesystem::path& dir) {
+    std::map<std::uint32_t, clock_type> clocks;
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(dir, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (!name.starts_with("table-")) {
+            continue;
+        }
+        try {
+            const auto m = detail::read_manifest(it->path());
+            clocks[m.table_id] = m.clock;
+        } catch (const std::exception&) {
+            // the servers' restore reports it
+        }
+    }
+    return clocks;
+}
 
 /// Joins the address of a host (IPv6 in brackets) and a port.
 [[nodiscard]] inline std::string host_port(const std::string& host, std::uint16_t port) {
@@ -401,11 +427,16 @@ inline void follow_view(server_node& server, const membership_view& v, std::uint
 /// Runs this process's share of a job with resolved settings: hosts the manager, servers
 /// and workers that `s` assigns to this process (every node when no launcher started
 /// it), joins the job, calls `fn` for each worker, then waits at a final barrier of all
-/// nodes so that no server stops while a worker still needs it, and leaves.
+/// nodes so that no server stops while a worker still needs it, and leaves. A worker
+/// whose `fn` threw does not wait: it tells the manager it failed, and why
+/// (`member::async_fail`), which fails the others' final barrier.
 ///
-/// Returns `run_ok`, or `run_failed` after logging what failed: a node that died
-/// (named, with the reason the manager gave), an exception from `fn`, a job that did not
-/// form within the startup timeout, or a root that could not be reached.
+/// Returns `run_ok`, or `run_failed` after logging one line that says what failed (the
+/// first failure; any others on the lines after it): a node of the job that died, or
+/// whose training function threw, in this process or another (named, with the reason
+/// the manager gave), a job that did not form within the startup timeout, a root that
+/// could not be reached, or a node refused because this process declares other tables or
+/// remote functions than the job's (the first difference named).
 inline int run(const settings& s, const worker_function& fn, logger log = stderr_logger()) {
     asio::io_context io;
     auto work = asio::make_work_guard(io);
@@ -420,6 +451,9 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             log(level, text);
         }
     };
+    for (const auto& line : s.overridden) {
+        say(log_level::warning, "petrel: " + line); // nothing given is dropped unsaid
+    }
     std::mutex failures_mutex;
     std::string failures; // one line per distinct failure, for the final report
     auto failed = [&](const std::string& text) {
@@ -473,6 +507,11 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                     std::make_unique<manager_node>(tcp_transport(io.get_executor(), topts), mo);
                 (void)standby->listen(detail::host_port(s.bind, detail::port_of(s.standby)));
             }
+            // What this process declares: the manager refuses nodes that declare otherwise.
+            declarations declared = s.tables ? s.tables->describe() : declarations{};
+            if (s.functions) {
+                declared.functions = s.functions->names();
+            }
             auto make_member = [&](node_role role, std::uint32_t local, std::string address) {
                 member_options o;
                 o.root = root;
@@ -488,6 +527,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                     o.standby = {s.standby};
                 }
                 o.manager_grace = s.manager_grace;
+                o.declared = declared;
                 return std::make_shared<member>(tcp_transport(io.get_executor(), topts), o);
             };
             for (std::uint32_t i = 0; i < s.servers_here; ++i) {
@@ -554,6 +594,14 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             }
         }
 
+        // A restored job goes on from each table's checkpoint clock: its workers' clocks
+        // start there (the servers' did in `restore`). A rank that cannot read the
+        // checkpoint learns the clocks from the servers' first replies instead.
+        std::map<std::uint32_t, clock_type> resume_at;
+        if (status == run_ok && !s.restore.empty() && !s.join && s.workers_here > 0) {
+            resume_at = detail::checkpoint_clocks(s.restore);
+        }
+
         // Servers follow the view: a worker that left or failed no longer holds anybody
         // back in the tables' clocks, a worker that joined is served, and updates are
         // replicated along the live chains.
@@ -613,11 +661,21 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                             is_worker = false;
                         }
                     }
+                    std::string threw; // why the training function failed
                     if (is_worker) {
                         try {
                             worker_node w(tcp_transport(io.get_executor(), topts), m,
                                           s.request_timeout);
                             w.set_restored_from(s.restore);
+                            if (s.tables) {
+                                s.tables->for_each([&w](const table_registry::entry& e) {
+                                    w.declare(e.id, {e.spec.width, e.key_type, e.value_type,
+                                                     e.spec.dense});
+                                });
+                            }
+                            for (const auto& [table, start] : resume_at) {
+                                w.resume_at(table, start);
+                            }
                             struct finisher {
                                 worker_node& w;
                                 std::chrono::milliseconds timeout;
@@ -627,14 +685,28 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                             } finish{w, std::min(s.request_timeout, 2 * s.heartbeat_timeout)};
                             fn(w);
                         } catch (const std::exception& e) {
-                            failed("worker " + std::to_string(m->id()) +
-                                   ": the training function failed: " + e.what());
-                            results[i] = run_failed;
+                            threw = detail::one_line(std::string("the training function failed: ") +
+                                                     e.what());
                         } catch (...) {
-                            failed("worker " + std::to_string(m->id()) +
-                                   ": the training function threw");
-                            results[i] = run_failed;
+                            threw = "the training function threw";
                         }
+                    }
+                    if (!threw.empty()) {
+                        // A failure the job had already (a server died under a push, say)
+                        // is the cause: named first.
+                        failed(m->failure());
+                        const auto v = m->view();
+                        const auto* me = v ? v->find(m->id()) : nullptr;
+                        failed((me ? me->describe() : "worker " + std::to_string(m->id())) +
+                               " failed: " + threw);
+                        results[i] = run_failed;
+                        // Instead of the final barrier: the manager declares this worker
+                        // failed, with the reason, so the other nodes stop waiting for it
+                        // and the job fails, in every process (unless the job drops failed
+                        // workers: then it goes on without this one).
+                        auto reported = m->async_fail(threw, asio::use_future);
+                        (void)detail::outcome(reported);
+                        return;
                     }
                     auto done = m->async_barrier(group::all, asio::use_future);
                     if (sigterm) {
@@ -724,14 +796,21 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         t.join();
     }
     if (status != run_ok) {
-        say(log_level::error, "petrel: job '" + s.job_id + "' failed (rank " +
-                                  std::to_string(s.launch.rank) + "):\n" + failures);
+        // One line that says why: the first failure; the others, if any, on the lines after.
+        std::string text =
+            "petrel: job '" + s.job_id + "' failed (rank " + std::to_string(s.launch.rank) + ")";
+        if (!failures.empty()) {
+            text += ": " + failures.substr(0, failures.size() - 1); // less the last line break
+        }
+        say(log_level::error, text);
     }
     return status;
 }
 
-/// Resolves the configuration from `cfg`, the command line and the environment (in that
-/// order of precedence; see `petrel::config`), then runs this process's share of the job.
+/// Resolves the configuration from `cfg`, the command line and the environment (a field
+/// `cfg` sets is fixed: another value on the command line or in the environment is
+/// refused; the command line wins over the environment, logged; see `petrel::resolve`),
+/// then runs this process's share of the job.
 /// `--help` prints the options and returns `run_ok`; a refused configuration prints why
 /// and returns `run_config_error`.
 ///

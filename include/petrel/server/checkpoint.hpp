@@ -109,9 +109,16 @@ struct checkpoint_manifest {
     bool dense = false;
     std::uint64_t dense_begin = 0;
     std::uint64_t dense_end = 0;
-    /// The consistent cut: every push of clocks < `clock` is in the checkpoint, no later
-    /// one is.
+    /// The job's clock at the cut, counted from the job's first iteration (across
+    /// restores): every push of clocks < `clock` is in the checkpoint. A restored job's
+    /// workers resume at this clock.
     std::uint64_t clock = 0;
+    /// No push of a clock >= `clock_limit` is in the checkpoint; pushes of clocks in
+    /// [`clock`, `clock_limit`) may be, in part. Under `sequential` the two are equal (an
+    /// exact cut); under `bounded_delay` and `eventual` the servers apply pushes as they
+    /// arrive, so workers ahead of the saving one may have added some. Manifests written
+    /// without it read as `clock`.
+    std::uint64_t clock_limit = 0;
     /// One per server that wrote a shard, in increasing server order.
     std::vector<shard_info> shards;
 
@@ -849,6 +856,7 @@ inline void write_file_atomically(const std::filesystem::path& file,
     number("    ", "dense_begin", m.dense_begin);
     number("    ", "dense_end", m.dense_end);
     number("    ", "clock", m.clock);
+    number("    ", "clock_limit", std::max(m.clock_limit, m.clock));
     field("    ", "shards");
     out += m.shards.empty() ? "[" : "[\n";
     for (std::size_t i = 0; i < m.shards.size(); ++i) {
@@ -916,7 +924,15 @@ inline void write_file_atomically(const std::filesystem::path& file,
     static constexpr std::array<std::string_view, 5> shard_fields{"file", "server", "rows", "bytes",
                                                                   "checksum"};
     std::uint32_t seen = 0;
+    std::optional<std::uint64_t> clock_limit; // optional: older manifests have none
     r.object([&](std::string_view key) {
+        if (key == "clock_limit") {
+            if (clock_limit) {
+                r.fail("member \"clock_limit\" appears twice");
+            }
+            clock_limit = r.u64();
+            return;
+        }
         switch (once(seen, fields, key)) {
         case 0:
             m.format_version = u32(key);
@@ -999,6 +1015,11 @@ inline void write_file_atomically(const std::filesystem::path& file,
     });
     missing(seen, fields, "the manifest");
     r.finish();
+    m.clock_limit = clock_limit.value_or(m.clock);
+    if (m.clock_limit < m.clock) {
+        throw checkpoint_error(file, "clock_limit " + std::to_string(m.clock_limit) +
+                                         " is below clock " + std::to_string(m.clock));
+    }
     return m;
 }
 

@@ -1,9 +1,12 @@
 // Petrel: initial values of a table's rows.
 #pragma once
 
+#include <petrel/core/declarations.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <string>
 #include <string_view>
 
 namespace petrel {
@@ -56,6 +59,25 @@ struct initializer {
             return "normal";
         }
         return "unknown";
+    }
+
+    /// The initializer with its parameters, as text: `zeros`, `constant{value=0.5}`,
+    /// `uniform{low=-1,high=1,seed=7}` or `normal{mean=0,stddev=0.01,seed=1}` (numbers in
+    /// their shortest exact form), for comparing declarations across processes.
+    [[nodiscard]] std::string describe() const {
+        const auto n = [](double v) { return detail::number_text(v); };
+        switch (how) {
+        case kind::zeros:
+            return "zeros";
+        case kind::constant:
+            return "constant{value=" + n(a) + "}";
+        case kind::uniform:
+            return "uniform{low=" + n(a) + ",high=" + n(b) + ",seed=" + std::to_string(seed) + "}";
+        case kind::normal:
+            return "normal{mean=" + n(a) + ",stddev=" + n(b) + ",seed=" + std::to_string(seed) +
+                   "}";
+        }
+        return "unknown{kind=" + std::to_string(static_cast<unsigned>(how)) + "}";
     }
 
     /// The initial value of column `column` of `key`'s row.

@@ -85,14 +85,19 @@ public:
     using value_type = Value;
 
     /// The rows of `table` (none when null) within `range`, each of `width` values (the
-    /// table's width when there is a table). Lists the keys in range: O(size() + m log m).
-    /// @throws std::bad_alloc
-    table_rows(detail::table<Key, Value>* table, key_range<Key> range, std::size_t width)
+    /// table's width when there is a table), of the keys `keep` accepts (every key when
+    /// `keep` is empty: a server passes the keys it holds as a primary, so that the results
+    /// of all servers together cover the table once). Lists the keys in range:
+    /// O(size() + m log m). @throws std::bad_alloc
+    table_rows(detail::table<Key, Value>* table, key_range<Key> range, std::size_t width,
+               const std::function<bool(std::uint64_t)>& keep = {})
         : range_(range), width_(width) {
         if (table != nullptr) {
-            table->for_each_in(range, [this](Key k, std::span<Value> row) {
-                rows_.emplace_back(k, row.data());
-                width_ = row.size();
+            width_ = table->width();
+            table->for_each_in(range, [this, &keep](Key k, std::span<Value> row) {
+                if (!keep || keep(k)) {
+                    rows_.emplace_back(k, row.data());
+                }
             });
         }
     }
@@ -340,20 +345,8 @@ struct function_entry {
     }
 };
 
-[[nodiscard]] inline std::string_view type_name(wire::scalar_type t) noexcept {
-    switch (t) {
-    case wire::scalar_type::u32:
-        return "std::uint32_t";
-    case wire::scalar_type::u64:
-        return "std::uint64_t";
-    case wire::scalar_type::f32:
-        return "float";
-    case wire::scalar_type::f64:
-        return "double";
-    case wire::scalar_type::none:
-        break;
-    }
-    return "no type";
+[[nodiscard]] constexpr std::string_view type_name(wire::scalar_type t) noexcept {
+    return wire::type_name(t);
 }
 
 /// The keys of `r` that `Key` can hold (the largest value of `Key` is never a key).
@@ -379,9 +372,13 @@ concept remote_function = std::default_initializable<F> && requires {
 /// The remote functions a process can run, by name: user-defined functions that workers
 /// call on the servers owning a key range of a table.
 ///
-/// Each server that owns part of the range runs the function on the rows it stores
-/// within the range (`table_rows`) and returns its result; the worker gets one result
-/// per server. Arguments and results travel as Cereal's binary archive writes them, so
+/// Each server that owns part of the range runs the function on the rows it holds as
+/// the primary within the range (`table_rows`) and returns its result; the worker gets
+/// one result per server, and together they cover every row of the range once, whatever
+/// the table's replicas. A server that also holds rows of the range as a replica then
+/// runs the function once more on those, and drops that result, so that a function that
+/// changes rows changes every copy alike (a function with other side effects sees both
+/// calls). Arguments and results travel as Cereal's binary archive writes them, so
 /// they are arithmetic types, standard containers of them (`std::vector`, `std::string`,
 /// `std::array`, `std::pair`, `std::tuple`) or structs with a `serialize` template, and
 /// default-constructible. A function takes a generic `table_rows<K, V>&` and is kept
@@ -482,10 +479,23 @@ public:
     /// The number of registered functions.
     [[nodiscard]] std::size_t size() const noexcept { return functions_.size(); }
 
+    /// The names of the registered functions, sorted (what a node declares when it joins:
+    /// see `petrel::declarations`).
+    [[nodiscard]] std::vector<std::string> names() const {
+        std::vector<std::string> out;
+        out.reserve(functions_.size());
+        for (const auto& [name, entry] : functions_) {
+            out.push_back(name);
+        }
+        return out;
+    }
+
     /// Runs the call in `body` (see `detail::encode_call`) on the rows of `table` (none
     /// when null) within `range`, and writes the encoded result to `result`. `key_type`,
     /// `value_type` and `width` are the request's; a table must have them. The range is
-    /// clamped to the keys the key type can hold. The caller holds the table exclusively.
+    /// clamped to the keys the key type can hold. Only the rows of keys `keep` accepts are
+    /// shown to the function (all when `keep` is empty). The caller holds the table
+    /// exclusively.
     ///
     /// On failure returns the error and says why in `message` (when there is more to say
     /// than the error's own message): `errc::invalid_argument` for a body or arguments that
@@ -496,7 +506,8 @@ public:
     std::error_code invoke(std::span<const std::byte> body, detail::table_base* table,
                            wire::scalar_type key_type, wire::scalar_type value_type,
                            std::uint32_t width, key_range<std::uint64_t> range,
-                           std::vector<std::byte>& result, std::string& message) const {
+                           std::vector<std::byte>& result, std::string& message,
+                           const std::function<bool(std::uint64_t)>& keep = {}) const {
         result.clear();
         message.clear();
         detail::decoded_call call;
@@ -509,7 +520,7 @@ public:
             return errc::unknown_function;
         }
         const call_context c{*it->second, call,  table,  key_type, value_type,
-                             width,       range, result, message};
+                             width,       range, result, message,  keep};
         try {
             switch (key_type) {
             case wire::scalar_type::u32:
@@ -541,6 +552,7 @@ private:
         key_range<std::uint64_t> range;
         std::vector<std::byte>& result;
         std::string& message;
+        const std::function<bool(std::uint64_t)>& keep;
     };
 
     template <typename Args, typename Result, typename F>
@@ -642,7 +654,7 @@ private:
                         " keys and " + std::string(detail::type_name(c.value_type)) + " values";
             return c.entry.takes_key<Key>() ? errc::value_type_mismatch : errc::key_type_mismatch;
         }
-        table_rows<Key, Value> rows(typed, detail::narrow_range<Key>(c.range), c.width);
+        table_rows<Key, Value> rows(typed, detail::narrow_range<Key>(c.range), c.width, c.keep);
         return invoker(rows, c.call.args, c.result, c.message);
     }
 

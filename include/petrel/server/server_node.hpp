@@ -410,6 +410,16 @@ public:
         return it->second.gate.entries(clock_gate<int>::all(), wire::max_clock_entries);
     }
 
+    /// The reads (pulls and calls) of a table parked until slower workers' clocks allow
+    /// them; at most `server_options::max_parked`.
+    [[nodiscard]] std::size_t parked(std::uint32_t table_id) const {
+        std::lock_guard lock(state_->mutex);
+        auto it = state_->tables.find(table_id);
+        return it == state_->tables.end()
+                   ? 0
+                   : it->second.gate.parked() + it->second.resync_held.size();
+    }
+
     /// Sets the id written as the sender of replies and naming this server's checkpoint
     /// shards (a job's server learns its id when it joins).
     void set_node_id(std::uint32_t id) {
@@ -436,7 +446,12 @@ public:
         if (!fs::is_directory(dir, fec)) {
             throw checkpoint_error(dir, "is not a directory");
         }
-        std::map<std::uint32_t, std::unique_ptr<detail::table_base>> loaded;
+        struct loaded_table {
+            std::unique_ptr<detail::table_base> table;
+            std::uint64_t clock = 0;
+            std::uint64_t clock_limit = 0;
+        };
+        std::map<std::uint32_t, loaded_table> loaded;
         for (const auto& entry : fs::directory_iterator(dir)) {
             const std::string name = entry.path().filename().string();
             std::uint32_t id = 0;
@@ -464,19 +479,27 @@ public:
                     throw checkpoint_error(entry.path() / shard.file, e.what());
                 }
             }
-            loaded.emplace(id, std::move(table));
+            loaded.emplace(id,
+                           loaded_table{std::move(table), manifest.clock, manifest.clock_limit});
         }
         if (loaded.empty()) {
             throw checkpoint_error(dir, "holds no table checkpoint (table-<id>/manifest.json)");
         }
         std::lock_guard lock(state_->mutex);
-        for (auto& [id, table] : loaded) {
+        for (auto& [id, t] : loaded) {
             std::error_code ec;
             table_slot* s = state_->slot(id, ec);
             if (!s) {
                 throw checkpoint_error(dir, "table " + std::to_string(id) + ": " + ec.message());
             }
-            s->table = std::move(table);
+            s->table = std::move(t.table);
+            // The job goes on from the checkpoint's clock: every worker has completed it,
+            // so that clocks (and the next checkpoint's) count from the job's first
+            // iteration, whatever restores came before. Workers adopt it from the replies.
+            for (std::uint32_t w = 0; w < s->gate.workers(); ++w) {
+                s->gate.tick(w, clock_gate<waiting>::all(), t.clock);
+            }
+            s->applied_limit = std::max(t.clock, t.clock_limit);
         }
     }
 
@@ -559,6 +582,9 @@ private:
         std::uint64_t held_bytes = 0;
         bool mean = false;          // aggregation::mean for the pushes of a clock
         std::uint32_t replicas = 7; // the table's replicas at most (table_spec::replicas)
+        // No push of a clock >= this has been applied to the table (a checkpoint's
+        // `clock_limit`); from a restored checkpoint, its limit.
+        std::uint64_t applied_limit = 0;
         // As a replica: per primary, the newest clock whose combined update arrived, + 1.
         std::map<std::uint32_t, std::uint64_t> replicated;
         // As a primary: the clocks whose rows went down the chain (or to a learner), not
@@ -806,6 +832,7 @@ private:
                 out.emplace_back(
                     c, refusal(m.header,
                                k == wire::message_kind::pull    ? wire::message_kind::pull_reply
+                               : k == wire::message_kind::call  ? wire::message_kind::call_reply
                                : k == wire::message_kind::clock ? wire::message_kind::clock_reply
                                                                 : wire::message_kind::push_reply,
                                errc::backlog_full));
@@ -1454,6 +1481,7 @@ private:
                 }
             } else if (!transfer) {
                 s->table->apply(m);
+                s->applied_limit = std::max(s->applied_limit, h.clock + 1);
             }
             if (transfer) {
                 // The rows after the primary's clock h.clock (one clock's rows), or a full
@@ -2356,6 +2384,7 @@ private:
                     if (!replicate_clock(s, clock_pushes)) {
                         s.table->apply_clock(clock_pushes, s.mean);
                     }
+                    s.applied_limit = std::max(s.applied_limit, m.header.clock + 1);
                     clock_pushes.clear();
                 }
             }
@@ -2447,6 +2476,7 @@ private:
                 const auto file =
                     detail::table_dir(dir, h.table_id) / detail::shard_file_name(opts.node_id);
                 out.shard = detail::write_shard(file, opts.node_id, t);
+                out.clock_limit = s.applied_limit;
                 out.state_width = t.state_width;
                 out.updater = t.updater;
                 if (s.table) {
@@ -2482,10 +2512,36 @@ private:
                 decoded.name == detail::checkpoint_call) {
                 ec = save(s, h, decoded.args, result, message);
             } else if (opts.functions) {
+                // A function sees the rows this server holds as a primary: the results of
+                // all servers then cover the table once, whatever its replicas.
+                std::function<bool(std::uint64_t)> primary_rows;
+                if (plan.partition_of && !plan.primaries.empty()) {
+                    primary_rows = [this](std::uint64_t key) {
+                        const auto p = plan.partition_of(key);
+                        return p < plan.primaries.size() && plan.primaries[p] == opts.node_id;
+                    };
+                }
                 try {
-                    ec =
-                        opts.functions->invoke(m.values().span(), s.table.get(), h.key_type,
-                                               h.value_type, h.width, range_of(h), result, message);
+                    ec = opts.functions->invoke(m.values().span(), s.table.get(), h.key_type,
+                                                h.value_type, h.width, range_of(h), result, message,
+                                                primary_rows);
+                    if (!ec && primary_rows) {
+                        // Then once over the rows held as a replica, its result dropped:
+                        // a function that changes rows changes every copy alike.
+                        std::vector<std::byte> dropped;
+                        std::string why;
+                        const std::function<bool(std::uint64_t)> replica_rows =
+                            [&primary_rows](std::uint64_t key) { return !primary_rows(key); };
+                        if (const auto failed = opts.functions->invoke(
+                                m.values().span(), s.table.get(), h.key_type, h.value_type, h.width,
+                                range_of(h), dropped, why, replica_rows);
+                            failed && log) {
+                            log(log_level::warning,
+                                "petrel server " + std::to_string(opts.node_id) +
+                                    ": a remote function failed on the rows held as a replica: " +
+                                    (why.empty() ? failed.message() : why));
+                        }
+                    }
                 } catch (const std::bad_alloc&) {
                     ec = errc::out_of_memory;
                 }

@@ -1,6 +1,7 @@
 // Petrel: the tables a job declares (storage, initial values, update rule).
 #pragma once
 
+#include <petrel/core/declarations.hpp>
 #include <petrel/core/key_range.hpp>
 #include <petrel/server/detail/table.hpp>
 #include <petrel/server/initializer.hpp>
@@ -44,9 +45,11 @@ struct table_spec {
 
 /// The tables of a job by id, each with its key and value types, `table_spec` and update
 /// rule. Every process of a job declares the same tables (give the registry to
-/// `config::tables`); a server creates a declared table when it is first named. Tables
-/// that are not declared are sparse, summing and zero-initialised, with the types of
-/// their first push.
+/// `config::tables`); `petrel::run` checks it: each node sends `describe()` when it
+/// joins, and the manager refuses a node whose tables differ from the job's
+/// (`errc::declaration_mismatch`). A server creates a declared table when it is first
+/// named. Tables that are not declared are sparse, summing and zero-initialised, with
+/// the types of their first push.
 ///
 /// @par Example
 /// @code
@@ -71,6 +74,9 @@ public:
         wire::scalar_type key_type = wire::scalar_type::u64;
         wire::scalar_type value_type = wire::scalar_type::f32;
         std::string updater;
+        /// The update rule with its parameters (`detail::rule_text`), e.g.
+        /// `sgd{eta=0.01,l1=0,l2=0}`.
+        std::string rule;
         std::function<std::unique_ptr<detail::table_base>()> make;
     };
 
@@ -108,6 +114,7 @@ public:
             e.key_type = wire::scalar_type_of<Key>;
             e.value_type = wire::scalar_type_of<Value>;
             e.updater = std::string(rule_box->name());
+            e.rule = rule_box->describe(spec.width);
             e.make = [spec, rule_box]() -> std::unique_ptr<detail::table_base> {
                 return std::make_unique<detail::table<Key, Value>>(spec.width, rule_box, spec.init,
                                                                    spec.dense);
@@ -131,6 +138,35 @@ public:
         for (const auto& [id, e] : tables_) {
             f(e);
         }
+    }
+
+    /// The declared tables field by field, for comparing them with another process's
+    /// (`first_difference`): key type, value type, width, dense range, initializer,
+    /// aggregation, replicas and update rule with its parameters. `functions` is left
+    /// empty (see `function_registry::names`).
+    [[nodiscard]] declarations describe() const {
+        declarations d;
+        for (const auto& [id, e] : tables_) {
+            table_declaration t;
+            t.id = id;
+            const auto field = [&t](std::string name, std::string value) {
+                t.fields.emplace_back(std::move(name), std::move(value));
+            };
+            field("key type", std::string(wire::type_name(e.key_type)));
+            field("value type", std::string(wire::type_name(e.value_type)));
+            field("width", std::to_string(e.spec.width));
+            field("dense range", e.spec.dense ? "[" + std::to_string(e.spec.dense->begin) + ", " +
+                                                    std::to_string(e.spec.dense->end) + ")"
+                                              : std::string("none (sparse)"));
+            field("initializer", e.spec.init.describe());
+            field("aggregation",
+                  e.spec.aggregate == aggregation::mean ? std::string("mean") : std::string("sum"));
+            field("replicas",
+                  e.spec.replicas ? std::to_string(*e.spec.replicas) : std::string("the job's"));
+            field("update rule", e.rule);
+            d.tables.push_back(std::move(t));
+        }
+        return d;
     }
 
 private:

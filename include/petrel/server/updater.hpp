@@ -1,6 +1,8 @@
 // Petrel: server-side update rules (sum, sgd, adagrad, ftrl, adam, user-defined).
 #pragma once
 
+#include <petrel/core/declarations.hpp>
+
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -215,6 +217,37 @@ requires std::is_invocable_v<const F&, std::span<Value>, std::span<Value>, std::
 
 namespace detail {
 
+/// An update rule with its parameters, as text: `sum`, `sgd{eta=0.01,l1=0,l2=0}`,
+/// `adagrad{eta=..,epsilon=..,initial_accumulator=..}`, `ftrl{alpha=..,beta=..,l1=..,l2=..}`,
+/// `adam{eta=..,beta1=..,beta2=..,epsilon=..}`; rules made from a function and other types
+/// by their name (`function`, `U::name` or `user`) and their state values per key for a
+/// table of `width` values per key, e.g. `function{state=16}`. Numbers are written in
+/// their shortest exact form, so that rules that differ in a parameter differ here.
+template <typename U>
+[[nodiscard]] std::string rule_text(const U& u, std::size_t width) {
+    const auto n = [](double v) { return number_text(v); };
+    if constexpr (std::is_same_v<U, petrel::sum>) {
+        return "sum";
+    } else if constexpr (std::is_same_v<U, petrel::sgd>) {
+        return "sgd{eta=" + n(u.eta) + ",l1=" + n(u.l1) + ",l2=" + n(u.l2) + "}";
+    } else if constexpr (std::is_same_v<U, petrel::adagrad>) {
+        return "adagrad{eta=" + n(u.eta) + ",epsilon=" + n(u.epsilon) +
+               ",initial_accumulator=" + n(u.initial_accumulator) + "}";
+    } else if constexpr (std::is_same_v<U, petrel::ftrl>) {
+        return "ftrl{alpha=" + n(u.alpha) + ",beta=" + n(u.beta) + ",l1=" + n(u.l1) +
+               ",l2=" + n(u.l2) + "}";
+    } else if constexpr (std::is_same_v<U, petrel::adam>) {
+        return "adam{eta=" + n(u.eta) + ",beta1=" + n(u.beta1) + ",beta2=" + n(u.beta2) +
+               ",epsilon=" + n(u.epsilon) + "}";
+    } else {
+        std::string name = "user";
+        if constexpr (requires { std::string_view(U::name); }) {
+            name = std::string(std::string_view(U::name));
+        }
+        return name + "{state=" + std::to_string(u.state_size(width)) + "}";
+    }
+}
+
 /// An update rule of any type, for one value type.
 template <typename Value>
 class any_updater {
@@ -225,6 +258,9 @@ public:
     virtual void update(std::span<Value> w, std::span<Value> state,
                         std::span<const Value> g) const = 0;
     [[nodiscard]] virtual std::string_view name() const = 0;
+    /// The rule with its parameters, for comparing declarations across processes
+    /// (`rule_text`), for a table of `width` values per key.
+    [[nodiscard]] virtual std::string describe(std::size_t width) const = 0;
     /// Whether this is `sum` (tables add pushes without calling `update`).
     [[nodiscard]] virtual bool is_sum() const noexcept = 0;
 };
@@ -254,6 +290,7 @@ public:
             return "user";
         }
     }
+    std::string describe(std::size_t width) const override { return rule_text(u_, width); }
     bool is_sum() const noexcept override { return std::is_same_v<U, petrel::sum>; }
 
 private:

@@ -233,17 +233,26 @@ public:
                                     "petrel: listen address must be host:port, got '" +
                                         std::string(address) + "'");
         }
-        asio::ip::tcp::resolver resolver(state_->ex);
-        const auto results =
-            resolver.resolve(hp->host.empty() ? "0.0.0.0" : hp->host, std::to_string(hp->port),
-                             asio::ip::tcp::resolver::passive);
-        const asio::ip::tcp::endpoint endpoint = *results.begin();
         auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(asio::make_strand(state_->ex));
-        acceptor->open(endpoint.protocol());
-        acceptor->set_option(asio::socket_base::reuse_address(true));
-        acceptor->bind(endpoint);
-        acceptor->listen();
-        const auto bound = acceptor->local_endpoint();
+        asio::ip::tcp::endpoint bound;
+        try {
+            asio::ip::tcp::resolver resolver(state_->ex);
+            const auto results =
+                resolver.resolve(hp->host.empty() ? "0.0.0.0" : hp->host, std::to_string(hp->port),
+                                 asio::ip::tcp::resolver::passive);
+            const asio::ip::tcp::endpoint endpoint = *results.begin();
+            acceptor->open(endpoint.protocol());
+            acceptor->set_option(asio::socket_base::reuse_address(true));
+            acceptor->bind(endpoint);
+            acceptor->listen();
+            bound = acceptor->local_endpoint();
+        } catch (const std::system_error& e) {
+            // Name the address: "bind: Address already in use" alone does not say which.
+            throw std::system_error(e.code(), "petrel: cannot listen on " + std::string(address) +
+                                                  " (" + e.what() +
+                                                  "): another process may hold the port, or "
+                                                  "the host is not an address of this machine");
+        }
         {
             std::lock_guard lock(state_->mutex);
             if (state_->closed) {

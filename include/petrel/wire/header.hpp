@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 namespace petrel::wire {
@@ -112,6 +113,23 @@ inline constexpr std::uint32_t no_worker = 0xFFFFFFFF;
 
 /// The scalar types of keys and values on the wire.
 enum class scalar_type : std::uint8_t { none = 0, u32 = 1, u64 = 2, f32 = 3, f64 = 4 };
+
+/// The C++ type a scalar type stands for, for messages: "std::uint32_t", "float"...
+[[nodiscard]] constexpr std::string_view type_name(scalar_type t) noexcept {
+    switch (t) {
+    case scalar_type::u32:
+        return "std::uint32_t";
+    case scalar_type::u64:
+        return "std::uint64_t";
+    case scalar_type::f32:
+        return "float";
+    case scalar_type::f64:
+        return "double";
+    case scalar_type::none:
+        break;
+    }
+    return "no type";
+}
 
 [[nodiscard]] constexpr std::size_t size_of(scalar_type t) noexcept {
     switch (t) {

@@ -1,9 +1,11 @@
 // Petrel: the control messages between nodes and the manager.
 #pragma once
 
+#include <petrel/cluster/detail/text.hpp>
 #include <petrel/cluster/node.hpp>
 #include <petrel/cluster/view.hpp>
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/declarations.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/wire/detail/streambuf.hpp>
 #include <petrel/wire/header.hpp>
@@ -19,6 +21,8 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace petrel::detail {
@@ -29,7 +33,7 @@ enum class control_op : std::uint8_t {
     heartbeat = 2, ///< node → manager: still alive; answered with the view's version
     view = 3,      ///< manager → node, unsolicited: a new membership view
     barrier = 4,   ///< node → manager: arrived; answered when the group has arrived
-    leave = 5,     ///< node → manager: done; answered once recorded
+    leave = 5,     ///< node → manager: done, or failed (`text`: why); answered once recorded
     assign = 6,    ///< worker → manager: define a data set; answered with the new view
     round = 7,     ///< worker → manager: ready for the next round of a block schedule
     retire = 8,    ///< server → manager: leave, its keys handed to their replicas
@@ -55,6 +59,69 @@ void load_optional(Archive& ar, std::optional<T>& v) {
     }
 }
 
+/// Writes a node's declarations (see `petrel::declarations`).
+template <class Archive>
+void save_declarations(Archive& ar, const declarations& d) {
+    ar(static_cast<std::uint32_t>(d.tables.size()));
+    for (const auto& t : d.tables) {
+        ar(t.id, static_cast<std::uint32_t>(t.fields.size()));
+        for (const auto& [name, value] : t.fields) {
+            save_text(ar, name);
+            save_text(ar, value);
+        }
+    }
+    ar(static_cast<std::uint32_t>(d.functions.size()));
+    for (const auto& f : d.functions) {
+        save_text(ar, f);
+    }
+}
+
+/// Reads declarations, refusing counts above `declarations`' limits before allocating;
+/// what it holds grows with the bytes actually read.
+template <class Archive>
+void load_declarations(Archive& ar, declarations& d) {
+    d = {};
+    const auto tables = load_count(ar, declarations::max_tables, "declared tables");
+    for (std::uint32_t i = 0; i < tables; ++i) {
+        table_declaration t;
+        ar(t.id);
+        const auto fields = load_count(ar, declarations::max_fields, "fields of a table");
+        for (std::uint32_t k = 0; k < fields; ++k) {
+            std::pair<std::string, std::string> f;
+            load_text(ar, f.first);
+            load_text(ar, f.second);
+            t.fields.push_back(std::move(f));
+        }
+        d.tables.push_back(std::move(t));
+    }
+    const auto functions = load_count(ar, declarations::max_functions, "remote functions");
+    for (std::uint32_t i = 0; i < functions; ++i) {
+        std::string f;
+        load_text(ar, f);
+        d.functions.push_back(std::move(f));
+    }
+}
+
+/// `text` on one line, for a failure that travels in views and ends in logs: line breaks
+/// become "; " (none at either end) and any other control character a space.
+[[nodiscard]] inline std::string one_line(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    bool pending_break = false;
+    for (const char ch : text) {
+        if (ch == '\n' || ch == '\r') {
+            pending_break = !out.empty();
+            continue;
+        }
+        if (pending_break) {
+            out += "; ";
+            pending_break = false;
+        }
+        out += static_cast<unsigned char>(ch) < 0x20 || ch == '\x7f' ? ' ' : ch;
+    }
+    return out;
+}
+
 /// The body of a control message or reply; which fields matter depends on `op`.
 struct control_body {
     control_op op = control_op::heartbeat;
@@ -70,7 +137,8 @@ struct control_body {
     // replies and view pushes
     node_id id = no_node;
     std::uint64_t version = 0;
-    std::string text; ///< on failed replies: what went wrong, for the node's log
+    std::string text; ///< failed replies: what went wrong, for the node's log; leave: why
+                      ///< the node failed (none: it is done)
     /// join replies to servers only: the job's server secret, which marks the updates
     /// servers send each other (replication) so that no other node can forge them.
     std::uint64_t secret = 0;
@@ -79,6 +147,9 @@ struct control_body {
     std::optional<data_set> data;          ///< assign
     std::optional<block_schedule> blocks;  ///< round
     std::optional<round_assignment> round; ///< round replies
+    /// join: what the node's process declares (tables, remote functions); none from a
+    /// node that declares nothing (it is not compared).
+    std::optional<declarations> declared;
 
     template <class Archive>
     void save(Archive& ar) const {
@@ -91,6 +162,11 @@ struct control_body {
         save_optional(ar, data);
         save_optional(ar, blocks);
         save_optional(ar, round);
+        const bool has_declared = declared.has_value();
+        ar(has_declared);
+        if (has_declared) {
+            save_declarations(ar, *declared);
+        }
     }
 
     template <class Archive>
@@ -104,6 +180,12 @@ struct control_body {
         load_optional(ar, data);
         load_optional(ar, blocks);
         load_optional(ar, round);
+        bool has_declared = false;
+        ar(has_declared);
+        if (has_declared) {
+            declared.emplace();
+            load_declarations(ar, *declared);
+        }
         if (op < control_op::join || op > control_op::ready || role < node_role::manager ||
             role > node_role::reader || barrier_group < group::all ||
             barrier_group > group::workers) {

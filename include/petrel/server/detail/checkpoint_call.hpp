@@ -21,18 +21,20 @@ struct saved_shard {
     bool dense = false;
     std::uint64_t dense_begin = 0;
     std::uint64_t dense_end = 0;
+    /// No push of a clock >= this was in the server's table when it wrote its shard.
+    std::uint64_t clock_limit = 0;
 
     template <class Archive>
     void save(Archive& ar) const {
         ar(shard, state_width);
         save_checkpoint_name(ar, updater);
-        ar(dense, dense_begin, dense_end);
+        ar(dense, dense_begin, dense_end, clock_limit);
     }
     template <class Archive>
     void load(Archive& ar) {
         ar(shard, state_width);
         load_checkpoint_name(ar, updater);
-        ar(dense, dense_begin, dense_end);
+        ar(dense, dense_begin, dense_end, clock_limit);
     }
 };
 
