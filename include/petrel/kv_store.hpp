@@ -777,7 +777,8 @@ private:
         const auto deadline = r->deadline; // each send waits only for what is left of it
         send_request(
             pipe, link, cache, r->message,
-            [pipe, r](std::error_code ec, wire::message&& reply) {
+            [pipe, r, weak_link = std::weak_ptr<detail::request_link>(link)](
+                std::error_code ec, wire::message&& reply) {
                 // The connection dropped or could not be made (a system error), the view
                 // declared the server failed, or the server's chain moved on without it
                 // (its view is out of date).
@@ -794,6 +795,14 @@ private:
                         if (s->owner && durable) {
                             s->owner->forget_durable(r->server, reply.header.clock);
                             gone = s->owner->left_view(r->server, r->message.header.view);
+                        }
+                        if (s->owner && ec == errc::node_failed) {
+                            // Its link gave up connecting (not the view): say which server
+                            // it is, once; the view decides what becomes of its requests.
+                            if (const auto l = weak_link.lock();
+                                l && !l->closed() && l->first_unreachable_report()) {
+                                s->owner->report_unreachable(r->server);
+                            }
                         }
                         if (s->owner && dropped && s->owner->park(r, ec)) {
                             return;
@@ -1200,6 +1209,23 @@ private:
         return out;
     }
 
+    /// Logs that `server`'s address refuses connections (or does not answer), naming it.
+    /// Called under the shared mutex (before `mutex_` in the lock order).
+    void report_unreachable(node_id server) const {
+        if (!log_) {
+            return;
+        }
+        const auto where = current_placement();
+        const auto* n = where ? where->view->find(server) : nullptr;
+        log_(log_level::error,
+             "petrel worker " + std::to_string(opts_.node_id) + ": " +
+                 (n ? n->describe() : "server " + std::to_string(server)) +
+                 " refuses connections or does not answer; its requests " +
+                 (member_ ? "wait for the job's view to say where its keys live, at most "
+                            "until their deadline"
+                          : "fail with node_failed"));
+    }
+
     /// Keeps a dropped request until the view says where to send it (`review`); false
     /// when it cannot wait (the store is closed, or its deadline passed).
     bool park(const std::shared_ptr<resilient>& r, std::error_code why) {
@@ -1348,14 +1374,10 @@ private:
                 finish(r, r->dropped_by);
             } else if (now - r->parked_at >= drop_grace && where) {
                 const auto it = std::find(where->servers.begin(), where->servers.end(), r->server);
-                // Without a job no view will ever say the server failed: one more try. Nor
-                // will one for a server the view keeps alive whose address refuses
-                // connections (its link gave up on it: see `request_link_options`).
-                const bool unreached =
-                    it != where->servers.end() && r->dropped_by == errc::node_failed &&
-                    where->links[static_cast<std::size_t>(it - where->servers.begin())]
-                        ->unreachable();
-                if (it == where->servers.end() || ((!member_ || unreached) && r->retried)) {
+                // Without a job no view will ever say the server failed: one more try. In a
+                // job the view decides, even for a server whose address refuses connections
+                // (the manager may yet move its keys to their replicas).
+                if (it == where->servers.end() || (!member_ && r->retried)) {
                     finish(r, r->dropped_by);
                     continue;
                 }
@@ -1659,7 +1681,7 @@ private:
                               (ec && ec.category() != error_category());
             // node_failed from a link that gave up connecting (not from the view).
             const auto l = ec == errc::node_failed ? link.lock() : nullptr;
-            const bool unreachable = l && l->unreachable() && !l->closed();
+            const bool unreachable = l && !l->closed() && l->first_unreachable_report();
             if ((!lost && !unreachable) || !log) {
                 return; // refusals name themselves; node_failed was logged with the view
             }
@@ -1667,7 +1689,7 @@ private:
             log(log_level::error,
                 "petrel worker " + std::to_string(self) + ": a request to " +
                     (n ? n->describe() : "server " + std::to_string(server)) + " failed: " +
-                    (unreachable ? "its address cannot be reached, so it is treated as failed"
+                    (unreachable ? "its address refuses connections or does not answer"
                                  : ec.message()));
         };
     }

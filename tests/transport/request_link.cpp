@@ -106,13 +106,13 @@ TEST_CASE("request_link: an address that keeps refusing fails its requests with 
     CHECK(link->in_flight() == 0);
     const auto text = log.all();
     CHECK(count_of(text, "petrel: " + address + " refuses connections (") == 1);
-    CHECK(count_of(text, "treating it as failed") == 1);
+    CHECK(count_of(text, "its requests fail with node_failed") == 1);
 
     // A later request tries once more, and fails at once when the address still refuses.
     const auto later = ask(*link);
     CHECK(later.error == errc::node_failed);
     CHECK(later.took < 1500ms);
-    CHECK(count_of(log.all(), "treating it as failed") == 1); // said once
+    CHECK(count_of(log.all(), "its requests fail with node_failed") == 1); // said once
     link->close();
 }
 
@@ -137,7 +137,7 @@ TEST_CASE("request_link: a peer that starts listening within the window is reach
     CHECK(got.took >= 400ms); // it waited for the listener...
     CHECK(got.took < 10s);    // ...but not for a deadline
     CHECK_FALSE(link->unreachable());
-    CHECK(log.all().find("treating it as failed") == std::string::npos);
+    CHECK(log.all().find("its requests fail with node_failed") == std::string::npos);
     CHECK_FALSE(ask(*link).error); // and the link works on
     link->close();
     server.close();
@@ -212,7 +212,7 @@ TEST_CASE("request_link: by default a refused connection fails the waiting reque
     CHECK(got.error == asio::error::connection_refused);
     CHECK(got.took < 1500ms);
     CHECK_FALSE(link->unreachable());
-    CHECK(log.all().find("treating it as failed") == std::string::npos);
+    CHECK(log.all().find("its requests fail with node_failed") == std::string::npos);
     link->close();
 }
 

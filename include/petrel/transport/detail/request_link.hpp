@@ -78,7 +78,7 @@ struct request_link_options {
 /// its first attempt; then it treats the peer as failed (`unreachable()`): every waiting
 /// request fails with `errc::node_failed`, and the link logs one line through the
 /// transport's logger ("petrel: 10.0.0.2:4001 refuses connections (Connection refused)
-/// for 2 s: treating it as failed"). A later request on such a link makes one more
+/// for 2 s: its requests fail with node_failed"). A later request on such a link makes one more
 /// connection attempt (the requests made while it runs wait for it too): if it fails
 /// as well, they fail at once with `errc::node_failed`, without another line in the log
 /// (an attempt that does not complete ends them after `unreachable_after`); if it
@@ -197,6 +197,15 @@ public:
         return unreachable_;
     }
 
+    /// True once per time the peer became unreachable: for a user of the link that adds
+    /// its own report (naming the node) without repeating it for every request.
+    [[nodiscard]] bool first_unreachable_report() {
+        std::lock_guard lock(mutex_);
+        const bool first = unreachable_ && !unreachable_reported_;
+        unreachable_reported_ = unreachable_reported_ || unreachable_;
+        return first;
+    }
+
     /// Requests waiting for a reply.
     [[nodiscard]] std::size_t in_flight() const {
         std::lock_guard lock(mutex_);
@@ -297,7 +306,7 @@ private:
             what = "is unreachable"; // host or network unreachable
         }
         return "petrel: " + address_ + " " + what + (ec ? " (" + ec.message() + ")" : "") +
-               " for " + span + ": treating it as failed";
+               " for " + span + ": its requests fail with node_failed";
     }
 
     void report(const std::string& line, log_level level = log_level::error) const {
@@ -413,6 +422,7 @@ private:
                 end_round();
                 if (unreachable_) {
                     unreachable_ = false;
+                    unreachable_reported_ = false;
                     line = "petrel: " + address_ + " accepts connections again";
                     level = log_level::info;
                 }
@@ -556,10 +566,11 @@ private:
     std::uint64_t round_ = 0;
     bool in_round_ = false;
     clock::time_point round_ends_{};
-    std::error_code round_error_;     // why the round's last attempt failed
-    bool attempting_ = false;         // a connection attempt runs
-    std::uint64_t attempt_round_ = 0; // the round that started it
-    bool unreachable_ = false;        // see unreachable()
+    std::error_code round_error_;       // why the round's last attempt failed
+    bool attempting_ = false;           // a connection attempt runs
+    std::uint64_t attempt_round_ = 0;   // the round that started it
+    bool unreachable_ = false;          // see unreachable()
+    bool unreachable_reported_ = false; // see first_unreachable_report()
     std::vector<wire::message> backlog_;
     std::uint64_t next_id_ = 0;
     std::unordered_map<std::uint64_t, pending> pending_;
