@@ -1209,21 +1209,28 @@ private:
         return out;
     }
 
-    /// Logs that `server`'s address refuses connections (or does not answer), naming it.
-    /// Called under the shared mutex (before `mutex_` in the lock order).
+    /// Logs that `server`'s address refuses connections (or does not answer), naming it,
+    /// and in a job tells the manager, which declares the server failed if it cannot
+    /// connect either (`member::async_report_unreachable`). Called under the shared
+    /// mutex (before `mutex_` in the lock order); the report is sent after it.
     void report_unreachable(node_id server) const {
-        if (!log_) {
-            return;
-        }
         const auto where = current_placement();
         const auto* n = where ? where->view->find(server) : nullptr;
-        log_(log_level::error,
-             "petrel worker " + std::to_string(opts_.node_id) + ": " +
-                 (n ? n->describe() : "server " + std::to_string(server)) +
-                 " refuses connections or does not answer; its requests " +
-                 (member_ ? "wait for the job's view to say where its keys live, at most "
-                            "until their deadline"
-                          : "fail with node_failed"));
+        const std::string seen = (n ? n->describe() : "server " + std::to_string(server)) +
+                                 " refuses connections or does not answer";
+        if (log_) {
+            log_(log_level::error,
+                 "petrel worker " + std::to_string(opts_.node_id) + ": " + seen +
+                     "; its requests " +
+                     (member_ ? "wait for the job's view to say where its keys live (the "
+                                "manager is told), at most until their deadline"
+                              : "fail with node_failed"));
+        }
+        if (member_) {
+            asio::post(transport_.get_executor(), [m = member_, server, seen] {
+                m->async_report_unreachable(server, seen, [](std::error_code) {});
+            });
+        }
     }
 
     /// Keeps a dropped request until the view says where to send it (`review`); false

@@ -750,6 +750,95 @@ TEST_CASE("manager_node: a node that leaves reporting a failure fails the others
     CHECK_THAT(j.logs.all(), Catch::Contains(why));
 }
 
+TEST_CASE("manager_node: a server that a node cannot reach is failed if the manager cannot "
+          "reach it either, and kept otherwise",
+          "[cluster][manager]") {
+    log_capture logs;
+    io_threads io{2};
+    petrel::transport_options quiet;
+    quiet.log = logs.logger();
+    petrel::manager_node manager(petrel::tcp_transport(io.executor(), quiet),
+                                 {.job_id = "job-u",
+                                  .servers = 2,
+                                  .workers = 1,
+                                  .ring = {.partitions = 64, .replicas = 1},
+                                  .probe_timeout = 500ms});
+    const auto root = manager.listen("127.0.0.1:0");
+    // Server 1's address accepts connections; server 2's refuses them (its port was
+    // bound, then released).
+    asio::ip::tcp::acceptor open(io.executor(), {asio::ip::make_address("127.0.0.1"), 0});
+    const auto reachable = "127.0.0.1:" + std::to_string(open.local_endpoint().port());
+    std::string refusing;
+    {
+        asio::ip::tcp::acceptor gone(io.executor(), {asio::ip::make_address("127.0.0.1"), 0});
+        refusing = "127.0.0.1:" + std::to_string(gone.local_endpoint().port());
+    }
+    auto make = [&](petrel::node_role role, std::uint32_t rank, std::string address) {
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = "job-u";
+        o.role = role;
+        o.rank = rank;
+        o.address = std::move(address);
+        o.heartbeat_interval = 50ms;
+        o.startup_timeout = 5000ms;
+        return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), quiet), o);
+    };
+    auto s1 = make(petrel::node_role::server, 0, reachable);
+    auto s2 = make(petrel::node_role::server, 1, refusing);
+    auto w = make(petrel::node_role::worker, 2, {});
+    join_all({s1, s2, w});
+    const auto first = manager.view();
+    REQUIRE(first);
+    const auto wait_for_version = [&](std::uint64_t version) {
+        const auto until = std::chrono::steady_clock::now() + 5s;
+        while (manager.view()->version < version && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(10ms);
+        }
+        return manager.view();
+    };
+
+    // A report about a node that is not a server, and one about a server the manager
+    // reaches: answered, and nothing changes.
+    auto about_worker = w->async_report_unreachable(3, "no such server", asio::use_future);
+    CHECK_FALSE(code_of(about_worker));
+    auto about_s1 = w->async_report_unreachable(1, "server 1 refuses", asio::use_future);
+    CHECK_FALSE(code_of(about_s1));
+    const auto kept = [&] {
+        return logs.all().find("the manager connected to " + reachable) != std::string::npos;
+    };
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (!kept() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(10ms);
+    }
+    INFO(logs.all());
+    CHECK(kept());
+    CHECK(manager.view()->version == first->version);
+    CHECK(manager.view()->find(1)->state == petrel::node_state::alive);
+
+    // Server 2's address refuses the manager too: it is failed, its ranges moved to their
+    // replicas, and the reason names its address and who could not reach it.
+    const auto at = std::chrono::steady_clock::now();
+    auto about_s2 = w->async_report_unreachable(2, "server 2 refuses", asio::use_future);
+    CHECK_FALSE(code_of(about_s2));
+    const auto v = wait_for_version(first->version + 1);
+    CHECK(std::chrono::steady_clock::now() - at < 2s);
+    REQUIRE(v->version == first->version + 1);
+    CHECK(v->find(2)->state == petrel::node_state::failed);
+    CHECK_THAT(v->find(2)->failure,
+               Catch::Contains("its address " + refusing + " refuses connections") &&
+                   Catch::Contains("worker 3 (worker #0, rank 2) could not connect to it, "
+                                   "nor could the manager"));
+    CHECK(v->find(1)->state == petrel::node_state::alive);
+    for (std::uint32_t p = 0; p < 64; ++p) {
+        CHECK(v->ring.owners(p).front() == 1);
+    }
+    CHECK_THAT(logs.all(), Catch::Contains("key ranges moved to their replicas"));
+    w->close();
+    s1->close();
+    s2->close();
+}
+
 TEST_CASE("manager_node: a job that drops failed workers goes on without a worker that "
           "reported its failure",
           "[cluster][manager]") {

@@ -15,10 +15,12 @@
 #include <petrel/wire/message.hpp>
 
 #include <asio/async_result.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -69,6 +71,11 @@ struct manager_options {
     std::chrono::milliseconds heartbeat_timeout{2000};
     /// Every node must have registered by then, or the job fails to start.
     std::chrono::milliseconds startup_timeout{30000};
+    /// A node reports that a server refuses its connections or does not answer
+    /// (`member::async_report_unreachable`): the manager connects to the server's address
+    /// itself, and declares the server failed if that connection is refused or not made
+    /// within this time.
+    std::chrono::milliseconds probe_timeout{1000};
     /// This manager takes over a running job whose manager was lost, rather than form
     /// one: a standby started beside the job, or a manager restarted at the root. Nodes
     /// that lost their manager register again with it, each with its id and the view it
@@ -88,9 +95,10 @@ struct manager_options {
 /// membership view. Afterwards it keeps the view current: a node that leaves, stops
 /// sending heartbeats within `heartbeat_timeout`, loses its connection, or reports that
 /// it failed (`member::async_fail`, with its reason) gets a new state in a new view
-/// version, sent to every live node. It also runs barriers over groups of nodes; a
-/// barrier that waits on a failed node fails with `errc::node_failed`, naming the node
-/// and why it failed.
+/// version, sent to every live node. So does a server that a node cannot reach
+/// (`member::async_report_unreachable`) and the manager cannot either. It also runs barriers over
+/// groups of nodes; a barrier that waits on a failed node fails with `errc::node_failed`, naming
+/// the node and why it failed.
 ///
 /// It is also the job's scheduler. Data sets defined by workers (`member::async_assign`)
 /// are cut into chunks and divided among the live workers of their group; every change
@@ -122,8 +130,7 @@ struct manager_options {
 class manager_node {
 public:
     manager_node(any_transport transport, manager_options opts)
-        : transport_(std::move(transport)),
-          state_(std::make_shared<state>(transport_.get_executor())) {
+        : transport_(std::move(transport)), state_(std::make_shared<state>(transport_)) {
         if (opts.servers == 0 || opts.workers == 0) {
             throw std::invalid_argument("petrel::manager_node: a job needs at least one server "
                                         "and one worker");
@@ -262,8 +269,9 @@ private:
     enum class phase { idle, registering, standby, running, finished };
 
     struct state : std::enable_shared_from_this<state> {
-        explicit state(const asio::any_io_executor& ex) : timer(ex) {}
+        explicit state(const any_transport& t) : transport(t), timer(t.get_executor()) {}
 
+        any_transport transport; // shares the manager's: for connecting to a server's address
         manager_options opts;
         logger log;
         mutable std::mutex mutex;
@@ -302,6 +310,8 @@ private:
         std::optional<declarations> declared;
         std::string declaration_refused;
         std::map<std::string, schedule_state> schedules;
+        // Servers reported unreachable whose addresses the manager is trying.
+        std::set<node_id> probing;
         std::vector<std::function<void(std::error_code)>> waiters;
         std::error_code result;
         std::string failure;
@@ -420,6 +430,9 @@ private:
                     break;
                 case control_op::round:
                     on_round(c, m.header, std::move(body->blocks), out);
+                    break;
+                case control_op::unreachable:
+                    on_unreachable(c, m.header, body->id, body->text, out);
                     break;
                 case control_op::view:
                     out.push_back(
@@ -1520,6 +1533,102 @@ private:
                 try_release(bg, out);
             }
             check_finished(done);
+        }
+
+        // ---- servers that nodes cannot reach -----------------------------------------
+
+        /// A node cannot connect to `server` (`seen`: what it saw): answered at once; the
+        /// manager then tries the server's address itself (`probe`), once at a time.
+        void on_unreachable(const connection_ptr& c, const wire::message_header& h, node_id server,
+                            const std::string& seen, std::vector<outgoing>& out) {
+            const auto by = by_conn.find(c.get());
+            if (by == by_conn.end() || members.count(by->second) == 0) {
+                out.push_back({c, refusal(h, errc::invalid_argument,
+                                          "only a node of the job reports unreachable servers")});
+                return;
+            }
+            control_body b;
+            b.op = control_op::unreachable;
+            b.version = view ? view->version : 0;
+            out.push_back({c, detail::make_control(b, &h)});
+            const auto* n = ph == phase::running && view ? view->find(server) : nullptr;
+            const auto* from = view ? view->find(by->second) : nullptr;
+            if (n == nullptr || n->role != node_role::server || members.count(server) == 0 ||
+                !probing.insert(server).second) {
+                return; // not a live server (any more), or already being tried
+            }
+            const std::string who = from ? from->describe() : "node " + std::to_string(by->second);
+            report(log_level::warning, who + " cannot connect to " + n->describe() + " (" +
+                                           detail::one_line(seen) +
+                                           "): the manager tries its address itself");
+            asio::post(timer.get_executor(),
+                       [weak = weak_from_this(), server, address = n->address, who] {
+                           if (auto s = weak.lock()) {
+                               s->probe(server, address, who);
+                           }
+                       });
+        }
+
+        /// Connects to `address` of `server`, and closes the connection once made; a
+        /// refusal, or no connection within `probe_timeout`, fails the server. Called
+        /// without the lock.
+        void probe(node_id server, const std::string& address, const std::string& who) {
+            struct attempt {
+                explicit attempt(const asio::any_io_executor& ex) : timer(ex) {}
+                std::atomic<bool> settled{false};
+                asio::steady_timer timer;
+            };
+            auto a = std::make_shared<attempt>(timer.get_executor());
+            std::weak_ptr<state> weak = weak_from_this();
+            auto settle = [weak, a, server, address, who](std::error_code ec) {
+                if (a->settled.exchange(true)) {
+                    return;
+                }
+                a->timer.cancel();
+                if (auto s = weak.lock()) {
+                    s->probed(server, address, who, ec);
+                }
+            };
+            a->timer.expires_after(opts.probe_timeout);
+            a->timer.async_wait([settle](std::error_code ec) {
+                if (!ec) {
+                    settle(make_error_code(errc::timed_out));
+                }
+            });
+            transport.async_connect(address, connection_handlers{},
+                                    [settle](std::error_code ec, connection_ptr conn) {
+                                        if (conn) {
+                                            conn->close();
+                                        }
+                                        settle(ec);
+                                    });
+        }
+
+        void probed(node_id server, const std::string& address, const std::string& who,
+                    std::error_code ec) {
+            std::vector<outgoing> out;
+            std::vector<std::function<void(std::error_code)>> done;
+            {
+                std::lock_guard lock(mutex);
+                probing.erase(server);
+                if (ph != phase::running || members.count(server) == 0) {
+                    return; // it failed or left meanwhile, or the job is over
+                }
+                if (!ec) {
+                    report(log_level::warning, "the manager connected to " + address + ", which " +
+                                                   who +
+                                                   " cannot reach: the server stays in the job");
+                } else {
+                    fail_node(server,
+                              "its address " + address +
+                                  " refuses connections or does not "
+                                  "answer (" +
+                                  ec.message() + "): " + who +
+                                  " could not connect to it, nor could the manager",
+                              out, done);
+                }
+            }
+            flush(out, done);
         }
 
         // ---- failures, barriers, the end ------------------------------------------

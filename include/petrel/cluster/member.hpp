@@ -311,6 +311,30 @@ public:
             token);
     }
 
+    /// Tells the manager that server `server` refuses this node's connections or does
+    /// not answer (`seen`: what this node saw, for the manager's log). The manager tries
+    /// the server's address itself (`manager_options::probe_timeout`) and, if it cannot
+    /// connect either, declares the server failed: its key ranges move to their replicas,
+    /// as when its heartbeats stop. If the manager can connect, the server stays in the
+    /// job and the manager logs that this node cannot reach it. `kv_store` calls it once
+    /// per server whose link gave up connecting. Completes once the manager recorded
+    /// the report. Signature `void(std::error_code)`.
+    template <typename CompletionToken>
+    auto async_report_unreachable(node_id server, std::string seen, CompletionToken&& token) {
+        return asio::async_initiate<CompletionToken, void(std::error_code)>(
+            [this, server](auto handler, std::string seen) {
+                detail::control_body b;
+                b.op = detail::control_op::unreachable;
+                b.id = server;
+                b.text = detail::one_line(seen); // (sent cut to `detail::max_text_bytes`)
+                auto done = detail::once_function<std::error_code>(std::move(handler),
+                                                                   transport_.get_executor());
+                state_->send(b, state_->opts.heartbeat_timeout,
+                             [done](std::error_code ec, wire::message&&) mutable { done(ec); });
+            },
+            token, std::move(seen));
+    }
+
     /// This node's id; `no_node` before the join completed.
     [[nodiscard]] node_id id() const {
         std::lock_guard lock(state_->mutex);

@@ -38,6 +38,10 @@ enum class control_op : std::uint8_t {
     round = 7,     ///< worker → manager: ready for the next round of a block schedule
     retire = 8,    ///< server → manager: leave, its keys handed to their replicas
     ready = 9,     ///< joining server → manager: its copies arrived under view `version`
+    /// node → manager: server `id` refuses this node's connections or does not answer
+    /// (`text`: what the node saw); answered once recorded. The manager tries the
+    /// server's address itself and declares it failed if it cannot connect either.
+    unreachable = 10,
 };
 
 template <class Archive, typename T>
@@ -186,7 +190,7 @@ struct control_body {
             declared.emplace();
             load_declarations(ar, *declared);
         }
-        if (op < control_op::join || op > control_op::ready || role < node_role::manager ||
+        if (op < control_op::join || op > control_op::unreachable || role < node_role::manager ||
             role > node_role::reader || barrier_group < group::all ||
             barrier_group > group::workers) {
             throw std::domain_error("unknown control operation, role or group");
