@@ -629,6 +629,9 @@ private:
     /// Creates the rows of the keys not stored yet, and records every key's row in
     /// `found_` (for a keyed push; runs are not recorded).
     void reserve_keys(const key_seq<Key>& keys) {
+        // `found_` is about to describe `keys`: until `reserve` says which push they are,
+        // it belongs to none (a held push must not find another request's rows).
+        found_keys_ = nullptr;
         std::vector<Key> fresh;
         if (!keys.runs) {
             found_.resize(keys.data.size());
