@@ -12,6 +12,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +27,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -616,6 +618,81 @@ TEST_CASE("server_node: a save by servers that share an id fails, naming the pro
     }
     CHECK(log.all().find("checkpoint failed") != std::string::npos);
     CHECK_THROWS_AS(petrel::read_checkpoint(dir.path, 0), petrel::checkpoint_error);
+}
+
+TEST_CASE("server_node: a shard is written with no lock held: pushes and pulls of its "
+          "table and of others complete meanwhile, and the shard holds the cut",
+          "[checkpoint]") {
+    ckpt_dir dir;
+    io_threads io{2};
+    // A writer that waits, once it has the snapshot, until the test lets it write.
+    std::promise<void> writing;
+    auto started = writing.get_future();
+    std::promise<void> release;
+    std::shared_future<void> go = release.get_future().share();
+    std::atomic<int> writes{0};
+    auto writer = std::make_shared<petrel::checkpoint_writer>(
+        [&](const std::filesystem::path& file, std::uint32_t server, const petrel::shard_table& t) {
+            if (writes++ == 0) {
+                writing.set_value();
+            }
+            go.wait();
+            return petrel::detail::write_shard(file, server, t);
+        });
+    petrel::server_node s(petrel::tcp_transport(io.executor()),
+                          {.node_id = 1, .checkpoints = writer});
+    const auto at = s.listen("127.0.0.1:0");
+    struct releaser {
+        std::promise<void>& p;
+        bool done = false;
+        void operator()() {
+            if (!std::exchange(done, true)) {
+                p.set_value();
+            }
+        }
+        ~releaser() { (*this)(); } // never leaves the writer waiting (before `s` goes)
+    } let_write{release};
+    const auto store = [&](std::uint32_t table) {
+        petrel::kv_store_options<std::uint64_t> o;
+        o.servers = {at};
+        o.table_id = table;
+        return std::make_unique<petrel::kv_store<std::uint64_t, float, petrel::eventual>>(
+            petrel::tcp_transport(io.executor()), o);
+    };
+    auto saved_table = store(0);
+    auto other_table = store(1);
+    std::vector<std::uint64_t> keys(20000);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    saved_table->push(keys, ones, asio::use_future).get();
+    other_table->push(keys, ones, asio::use_future).get();
+
+    auto saved = saved_table->save(dir.path.string(), asio::use_future);
+    REQUIRE(started.wait_for(10s) == std::future_status::ready);
+    // The shard is being written: both tables take pushes and answer pulls.
+    auto same = saved_table->push(keys, ones, asio::use_future);
+    auto other = other_table->push(keys, ones, asio::use_future);
+    REQUIRE(same.wait_for(10s) == std::future_status::ready);
+    REQUIRE(other.wait_for(10s) == std::future_status::ready);
+    same.get();
+    other.get();
+    auto pulled = saved_table->pull(keys, asio::use_future);
+    REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+    CHECK(xt::all(xt::equal(pulled.get().values(), 2.0F)));
+    CHECK(saved.wait_for(0s) == std::future_status::timeout);
+
+    let_write();
+    REQUIRE(saved.wait_for(10s) == std::future_status::ready);
+    saved.get();
+    CHECK(writes == 1);
+    // The shard holds the rows as they were at the call, not the push after it.
+    petrel::server_node restored(petrel::tcp_transport(io.executor()));
+    restored.restore(dir.path);
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {restored.listen("127.0.0.1:0")};
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(io.executor()), o);
+    CHECK(xt::all(xt::equal(kv.pull(keys, asio::use_future).get().values(), 1.0F)));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/server/checkpoint.hpp>
+#include <petrel/server/checkpoint_loader.hpp>
+#include <petrel/server/checkpoint_writer.hpp>
 #include <petrel/server/detail/checkpoint_call.hpp>
 #include <petrel/server/detail/table.hpp>
 #include <petrel/server/remote_function.hpp>
@@ -72,6 +74,10 @@ struct server_options {
     /// replica that does not answer in time (or fails) does not hold the worker's push
     /// back: it is acknowledged on the copies that have it, and the delay is logged.
     std::chrono::milliseconds replication_timeout{std::chrono::seconds(10)};
+    /// Writes the shards of checkpoints (`kv_store::save`) once the server's lock is
+    /// released; a writer of its own when null. Servers of one process may share one so
+    /// that their saves take turns at the disk.
+    std::shared_ptr<checkpoint_writer> checkpoints{};
 };
 
 /// The most key ranges with distinct clocks a table keeps; a tick that could split more
@@ -104,8 +110,11 @@ inline constexpr std::size_t max_clock_ranges = 4096;
 /// @endcode
 ///
 /// @par Thread Safety
-/// All member functions may be called from any thread; requests from many connections
-/// are served concurrently when the executor runs on several threads.
+/// All member functions may be called from any thread. Requests from many connections
+/// are read on the executor's threads, but decided and applied one at a time under the
+/// server's lock; replies are compressed and sent after it is released, and checkpoint
+/// shards are written by the `checkpoint_writer` on its own thread (lock order: the
+/// server's lock, then nothing; the writer's locks are taken alone).
 class server_node {
 public:
     explicit server_node(any_transport transport, server_options opts = {})
@@ -117,6 +126,9 @@ public:
         state_->log = transport_.options().log;
         state_->limits = transport_.options().limits;
         state_->departed_all.assign(state_->opts.workers, false);
+        if (!state_->opts.checkpoints) {
+            state_->opts.checkpoints = std::make_shared<checkpoint_writer>();
+        }
     }
 
     server_node(const server_node&) = delete;
@@ -441,57 +453,20 @@ public:
     void restore(const std::filesystem::path& dir,
                  const std::function<bool(std::uint32_t, std::uint64_t)>& owns = {},
                  std::uint64_t max_shard_bytes = std::uint64_t{1} << 40) {
-        namespace fs = std::filesystem;
-        std::error_code fec;
-        if (!fs::is_directory(dir, fec)) {
-            throw checkpoint_error(dir, "is not a directory");
-        }
-        struct loaded_table {
-            std::unique_ptr<detail::table_base> table;
-            std::uint64_t clock = 0;
-            std::uint64_t clock_limit = 0;
-        };
-        std::map<std::uint32_t, loaded_table> loaded;
-        for (const auto& entry : fs::directory_iterator(dir)) {
-            const std::string name = entry.path().filename().string();
-            std::uint32_t id = 0;
-            if (!name.starts_with("table-") || !entry.is_directory() ||
-                !parse_id(std::string_view(name).substr(6), id)) {
-                continue;
-            }
-            const auto manifest = detail::read_manifest(entry.path());
-            const auto where = detail::manifest_path(entry.path());
-            if (manifest.table_id != id) {
-                throw checkpoint_error(where, "records table " + std::to_string(manifest.table_id) +
-                                                  " in the directory of table " +
-                                                  std::to_string(id));
-            }
-            auto table = table_for(manifest, where);
-            const std::function<bool(std::uint64_t)> keep = [&owns, id](std::uint64_t k) {
-                return !owns || owns(id, k);
-            };
-            for (const auto& shard : manifest.shards) {
-                const auto rows =
-                    detail::read_shard(entry.path() / shard.file, manifest, shard, max_shard_bytes);
-                try {
-                    table->load(rows, keep);
-                } catch (const std::out_of_range& e) {
-                    throw checkpoint_error(entry.path() / shard.file, e.what());
-                }
-            }
-            loaded.emplace(id,
-                           loaded_table{std::move(table), manifest.clock, manifest.clock_limit});
-        }
-        if (loaded.empty()) {
-            throw checkpoint_error(dir, "holds no table checkpoint (table-<id>/manifest.json)");
-        }
+        auto loaded =
+            detail::load_checkpoint(dir, state_->opts.tables.get(), owns, max_shard_bytes);
         std::lock_guard lock(state_->mutex);
+        std::vector<table_slot*> slots; // every slot first, so that none is replaced on error
         for (auto& [id, t] : loaded) {
             std::error_code ec;
-            table_slot* s = state_->slot(id, ec);
-            if (!s) {
+            slots.push_back(state_->slot(id, ec));
+            if (!slots.back()) {
                 throw checkpoint_error(dir, "table " + std::to_string(id) + ": " + ec.message());
             }
+        }
+        auto next = slots.begin();
+        for (auto& [id, t] : loaded) {
+            table_slot* s = *next++;
             s->table = std::move(t.table);
             // The job goes on from the checkpoint's clock: every worker has completed it,
             // so that clocks (and the next checkpoint's) count from the job's first
@@ -506,67 +481,6 @@ public:
     [[nodiscard]] asio::any_io_executor get_executor() const { return transport_.get_executor(); }
 
 private:
-    static bool parse_id(std::string_view text, std::uint32_t& id) {
-        if (text.empty() || text.size() > 10) {
-            return false;
-        }
-        std::uint64_t v = 0;
-        for (char c : text) {
-            if (c < '0' || c > '9') {
-                return false;
-            }
-            v = v * 10 + static_cast<std::uint64_t>(c - '0');
-        }
-        if (v > 0xFFFFFFFFu) {
-            return false;
-        }
-        id = static_cast<std::uint32_t>(v);
-        return true;
-    }
-
-    /// An empty table for the checkpoint `m`: as declared (and matching it), or sparse and
-    /// summing when not declared.
-    std::unique_ptr<detail::table_base> table_for(const checkpoint_manifest& m,
-                                                  const std::filesystem::path& where) const {
-        const auto id = std::to_string(m.table_id);
-        const table_registry::entry* declared =
-            state_->opts.tables ? state_->opts.tables->find(m.table_id) : nullptr;
-        if (!declared) {
-            if (m.updater != "sum" || m.state_width != 0 || m.dense) {
-                throw checkpoint_error(where, "table " + id + " was saved with update rule '" +
-                                                  m.updater +
-                                                  "'; declare it in the table_registry");
-            }
-            wire::message_header h;
-            h.key_type = m.key_type;
-            h.value_type = m.value_type;
-            h.width = m.width;
-            return detail::make_table(h);
-        }
-        auto table = declared->make();
-        wire::message_header h;
-        h.key_type = m.key_type;
-        h.value_type = m.value_type;
-        h.width = m.width;
-        if (auto ec = table->check(h)) {
-            throw checkpoint_error(where, "table " + id +
-                                              " does not match its declaration: " + ec.message());
-        }
-        const auto dense = table->dense_keys();
-        const bool same_dense =
-            dense ? (m.dense && dense->begin == m.dense_begin && dense->end == m.dense_end)
-                  : !m.dense;
-        if (table->updater_name() != m.updater || table->state_values() != m.state_width ||
-            !same_dense) {
-            throw checkpoint_error(where, "table " + id + " was saved with update rule '" +
-                                              m.updater + "' (" + std::to_string(m.state_width) +
-                                              " state values per key" +
-                                              (m.dense ? ", dense" : ", sparse") +
-                                              "), which its declaration does not match");
-        }
-        return table;
-    }
-
     /// A request waiting in a table's gate, with the connection to answer on.
     struct waiting {
         connection_ptr conn;
@@ -604,8 +518,15 @@ private:
         std::vector<waiting> resync_held;
     };
 
-    /// Replies to send once the lock is released.
-    using outbox = std::vector<std::pair<connection_ptr, wire::message>>;
+    /// A reply to send once the lock is released; an answer to a checkpoint call first
+    /// has its shard written (`save`).
+    struct outgoing {
+        outgoing(connection_ptr c, wire::message m) : conn(std::move(c)), message(std::move(m)) {}
+        connection_ptr conn;
+        wire::message message;
+        std::optional<checkpoint_writer::shard_job> save;
+    };
+    using outbox = std::vector<outgoing>;
 
     struct state {
         server_options opts;
@@ -716,7 +637,17 @@ private:
         /// Sends the replies (outside the lock), compressing the values of pull replies
         /// to workers that asked for it, where it pays.
         void send(outbox& out) const {
-            for (auto& [c, m] : out) {
+            for (auto& [c, m, save] : out) {
+                if (save) {
+                    // Written and answered on the writer's thread.
+                    opts.checkpoints->enqueue(
+                        std::move(*save), log,
+                        [c = c, reply = std::move(m)](checkpoint_writer::outcome done) mutable {
+                            finish_save(reply, std::move(done));
+                            c->send(std::move(reply));
+                        });
+                    continue;
+                }
                 if ((m.header.flags & wire::flag_compress_reply) != 0) {
                     m.header.flags &= static_cast<std::uint8_t>(~wire::flag_compress_reply);
                     if (m.header.status == 0) {
@@ -2220,7 +2151,7 @@ private:
                 return;
             }
             if (s->gate.readable(range_of(h), h.clock)) {
-                out.emplace_back(c, answer(*s, m));
+                out.push_back(answer(*s, c, m));
             } else {
                 const auto r = range_of(h);
                 const auto required = h.clock;
@@ -2389,7 +2320,7 @@ private:
                 }
             }
             for (auto& w : r.reads) {
-                out.emplace_back(w.conn, answer(s, w.request));
+                out.push_back(answer(s, w.conn, w.request));
             }
             if (s.resync_pending.empty() && !s.resync_held.empty()) {
                 auto held = std::move(s.resync_held);
@@ -2400,20 +2331,20 @@ private:
             }
         }
 
-        /// The reply to a pull or call whose clocks are satisfied.
-        wire::message answer(table_slot& s, const wire::message& m) {
+        /// The reply to a pull or call whose clocks are satisfied, for connection `c`.
+        outgoing answer(table_slot& s, const connection_ptr& c, const wire::message& m) {
             const auto& h = m.header;
             if (h.kind == wire::message_kind::call) {
-                return call(s, m);
+                return call(s, c, m);
             }
             auto reply = reply_to(h, wire::message_kind::pull_reply);
             if (auto ec = pull(s, m, reply)) {
-                return refusal(h, wire::message_kind::pull_reply, ec);
+                return {c, refusal(h, wire::message_kind::pull_reply, ec)};
             }
             reply.header.key_count = h.key_count;
             reply.header.clocks = s.gate.entries(range_of(h), max_entries());
             reply.header.flags |= h.flags & wire::flag_compress_reply; // compressed in send()
-            return reply;
+            return {c, std::move(reply)};
         }
 
         std::error_code pull(table_slot& s, const wire::message& m, wire::message& reply) {
@@ -2442,11 +2373,13 @@ private:
             return {};
         }
 
-        /// The built-in checkpoint call: writes this server's rows of the table (a
-        /// consistent cut: the call waited for its clock like a pull) to its shard file in
-        /// the directory named by the arguments; answers with the shard's record.
+        /// The built-in checkpoint call, under the lock: the snapshot of this server's
+        /// rows of the table (a consistent cut: the call waited for its clock like a pull)
+        /// and the shard file in the directory named by the arguments, for the writer
+        /// (`finish_save`, once the lock is released).
         std::error_code save(table_slot& s, const wire::message_header& h,
-                             std::span<const std::byte> args, std::vector<std::byte>& result,
+                             std::span<const std::byte> args,
+                             std::optional<checkpoint_writer::shard_job>& job,
                              std::string& message) {
             std::string dir;
             if (auto ec = detail::decode_binary(args, dir, message)) {
@@ -2459,48 +2392,51 @@ private:
             if (s.table && s.table->check(h)) {
                 return s.table->check(h);
             }
-            try {
-                shard_table t;
-                if (s.table) {
-                    t = s.table->dump(h.table_id);
-                    keep_primary_rows(t); // replicas' copies are their primaries' to save
-                } else {
-                    // Never pushed here: an empty shard of the request's types.
-                    t.table_id = h.table_id;
-                    t.key_type = h.key_type;
-                    t.value_type = h.value_type;
-                    t.width = h.width;
-                    t.updater = "sum";
+            auto& j = job.emplace();
+            j.file = detail::table_dir(dir, h.table_id) / detail::shard_file_name(opts.node_id);
+            j.server = opts.node_id;
+            auto& t = j.rows;
+            if (s.table) {
+                t = s.table->dump(h.table_id);
+                keep_primary_rows(t); // replicas' copies are their primaries' to save
+            } else {
+                // Never pushed here: an empty shard of the request's types.
+                t.table_id = h.table_id;
+                t.key_type = h.key_type;
+                t.value_type = h.value_type;
+                t.width = h.width;
+                t.updater = "sum";
+            }
+            j.record.clock_limit = s.applied_limit;
+            j.record.state_width = t.state_width;
+            j.record.updater = t.updater;
+            if (s.table) {
+                if (const auto d = s.table->dense_keys()) {
+                    j.record.dense = true;
+                    j.record.dense_begin = d->begin;
+                    j.record.dense_end = d->end;
                 }
-                detail::saved_shard out;
-                const auto file =
-                    detail::table_dir(dir, h.table_id) / detail::shard_file_name(opts.node_id);
-                out.shard = detail::write_shard(file, opts.node_id, t);
-                out.clock_limit = s.applied_limit;
-                out.state_width = t.state_width;
-                out.updater = t.updater;
-                if (s.table) {
-                    if (const auto d = s.table->dense_keys()) {
-                        out.dense = true;
-                        out.dense_begin = d->begin;
-                        out.dense_end = d->end;
-                    }
-                }
-                detail::append_binary(result, out);
-            } catch (const std::bad_alloc&) {
-                throw;
-            } catch (const std::exception& e) {
-                message = e.what();
-                if (log) {
-                    log(log_level::error, "petrel server " + std::to_string(opts.node_id) +
-                                              ": checkpoint failed: " + message);
-                }
-                return errc::checkpoint_failed;
             }
             return {};
         }
 
-        wire::message call(table_slot& s, const wire::message& m) {
+        /// Completes a checkpoint call's reply once its shard is written: the shard's
+        /// record, or the failure and why.
+        static void finish_save(wire::message& reply, checkpoint_writer::outcome done) {
+            if (done.error) {
+                reply.header.status = status_of(done.error);
+                reply.header.clocks.clear();
+                if (done.message.size() > 4096) {
+                    done.message.resize(4096);
+                }
+                reply.set_segment(wire::values_segment,
+                                  shared_bytes::copy_of(std::as_bytes(std::span(done.message))));
+                return;
+            }
+            reply.set_segment(wire::values_segment, shared_bytes::copy_of(done.result));
+        }
+
+        outgoing call(table_slot& s, const connection_ptr& c, const wire::message& m) {
             const auto& h = m.header;
             auto reply = reply_to(h, wire::message_kind::call_reply);
             std::vector<std::byte> result;
@@ -2508,9 +2444,14 @@ private:
             std::error_code ec = errc::unknown_function;
             detail::decoded_call decoded;
             std::string why;
+            std::optional<checkpoint_writer::shard_job> job;
             if (!detail::decode_call(m.values().span(), decoded, why) &&
                 decoded.name == detail::checkpoint_call) {
-                ec = save(s, h, decoded.args, result, message);
+                try {
+                    ec = save(s, h, decoded.args, job, message);
+                } catch (const std::bad_alloc&) {
+                    ec = errc::out_of_memory;
+                }
             } else if (opts.functions) {
                 // A function sees the rows this server holds as a primary: the results of
                 // all servers then cover the table once, whatever its replicas.
@@ -2558,11 +2499,16 @@ private:
                     reply.set_segment(wire::values_segment,
                                       shared_bytes::copy_of(std::as_bytes(std::span(message))));
                 }
-                return reply;
+                return {c, std::move(reply)};
             }
-            reply.set_segment(wire::values_segment, shared_bytes::copy_of(result));
             reply.header.clocks = s.gate.entries(range_of(h), max_entries());
-            return reply;
+            outgoing o{c, std::move(reply)};
+            if (job) {
+                o.save = std::move(job); // its result comes from the write
+            } else {
+                o.message.set_segment(wire::values_segment, shared_bytes::copy_of(result));
+            }
+            return o;
         }
     };
 
