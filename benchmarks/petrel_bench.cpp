@@ -733,8 +733,7 @@ void scaling_case(const settings& st, std::size_t n, double& base, double raw_me
     constexpr std::size_t width = 16;
     petrel::config cfg;
     cfg.servers = static_cast<int>(n);
-    cfg.workers = static_cast<int>(n);
-    cfg.threads = 2;
+    cfg.workers = static_cast<int>(n); // threads: the default, the machine's
     std::mutex mutex;
     std::vector<double> seconds;
     samples per_iteration; // every worker's iterations
@@ -790,6 +789,7 @@ void scaling_case(const settings& st, std::size_t n, double& base, double raw_me
         .add("iterations_per_worker", iterations)
         .add("total_goodput_gbps", gbps)
         .add("speedup_vs_1", base > 0 ? gbps / base : 1.0)
+        .add("io_threads", static_cast<std::size_t>(petrel::default_io_threads()))
         .add("cores", static_cast<std::size_t>(std::thread::hardware_concurrency()));
     line.print();
 }

@@ -2,11 +2,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -82,7 +84,7 @@ TEST_CASE("config: embedded defaults", "[launch]") {
     CHECK(s.advertise == "127.0.0.1");
     CHECK(s.job_id == "petrel");
     CHECK(s.roles == roles{node_role::manager, node_role::server, node_role::worker});
-    CHECK(s.threads == 2);
+    CHECK(s.threads == petrel::default_io_threads());
     CHECK(s.heartbeat_interval == 200ms);
     CHECK(s.heartbeat_timeout == 2000ms);
     CHECK(s.startup_timeout == 30000ms);
@@ -147,7 +149,7 @@ TEST_CASE("config: the program fixes a setting, argv overrides the environment a
     SECTION("nothing: the defaults") {
         const auto s = resolve_with({});
         CHECK(s.servers == 2);
-        CHECK(s.threads == 2);
+        CHECK(s.threads == petrel::default_io_threads());
         CHECK(s.job_id == "petrel");
     }
     SECTION("argv over the environment, each override noted") {
@@ -805,4 +807,13 @@ TEST_CASE("config: a standby manager on rank 1, and how long nodes look for a ma
               .worker_failure == petrel::worker_failure::drop);
     CHECK_THAT(resolve_error({}, {"--worker-failure", "maybe"}, launched),
                Catch::Contains("expected fail or drop"));
+}
+
+TEST_CASE("config: the I/O threads follow the machine, at most 16", "[launch]") {
+    const unsigned hardware = std::thread::hardware_concurrency();
+    const std::uint32_t expected = hardware == 0 ? 2U : std::min(hardware, 16U);
+    CHECK(petrel::default_io_threads() == expected);
+    CHECK(petrel::default_io_threads() >= 1);
+    CHECK(petrel::default_io_threads() <= 16);
+    CHECK_THAT(petrel::usage("prog"), Catch::Contains("Default: the machine's hardware threads"));
 }

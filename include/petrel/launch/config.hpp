@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -71,6 +72,14 @@ parse_worker_failure(std::string_view s) noexcept {
     return std::nullopt;
 }
 
+/// The I/O threads a process runs unless `config::threads` says otherwise: the machine's
+/// hardware threads, at most 16 (2 where the number is not known), so that a process
+/// reads, decodes and sends on every core it has.
+[[nodiscard]] inline std::uint32_t default_io_threads() noexcept {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 2U : std::min(n, 16U);
+}
+
 /// The settings a program fixes in code. Every field is optional. A field set here is
 /// fixed: `resolve` refuses a command-line option or environment variable that gives it
 /// another value, naming both. Fields left unset come from the command line, else the
@@ -97,7 +106,8 @@ struct config {
     /// The roles this process hosts, overriding the layout.  `--roles server,worker`,
     /// `PETREL_ROLES`.
     std::optional<std::vector<node_role>> roles{};
-    /// I/O threads per process.  `--threads N`, `PETREL_THREADS`.
+    /// I/O threads per process (default: `default_io_threads()`).  `--threads N`,
+    /// `PETREL_THREADS`.
     std::optional<std::uint32_t> threads{};
     /// How often nodes report to the manager.  `--heartbeat-interval MS`,
     /// `PETREL_HEARTBEAT_INTERVAL`.
@@ -261,7 +271,8 @@ struct config_option {
          "The roles this process hosts, one node each, overriding the layout; needs a "
          "launcher and the --servers and --workers totals. Only rank 0 hosts the manager, "
          "and it must."},
-        {"threads", "N", "PETREL_THREADS", "I/O threads per process. Default: 2."},
+        {"threads", "N", "PETREL_THREADS",
+         "I/O threads per process. Default: the machine's hardware threads, at most 16."},
         {"heartbeat-interval", "MS", "PETREL_HEARTBEAT_INTERVAL",
          "Milliseconds between a node's heartbeats to the manager. Default: 200."},
         {"heartbeat-timeout", "MS", "PETREL_HEARTBEAT_TIMEOUT",
@@ -858,7 +869,8 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
                                              overridden, config_parse_duration{}),
                                  milliseconds(30000));
     const auto threads = config_or(
-        config_pick(program.threads, "threads", cl, env, overridden, config_parse_count{}), 2u);
+        config_pick(program.threads, "threads", cl, env, overridden, config_parse_count{}),
+        default_io_threads());
     const auto interval = config_or(config_pick(program.heartbeat_interval, "heartbeat-interval",
                                                 cl, env, overridden, config_parse_duration{}),
                                     milliseconds(200));
@@ -1017,7 +1029,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     s.advertise = "127.0.0.1";
     s.job_id = "petrel";
     s.roles = {node_role::manager, node_role::server, node_role::worker};
-    s.threads = 2;
+    s.threads = default_io_threads();
     s.heartbeat_interval = std::chrono::milliseconds(200);
     s.heartbeat_timeout = std::chrono::milliseconds(2000);
     s.startup_timeout = std::chrono::milliseconds(30000);
