@@ -524,7 +524,7 @@ private:
         outgoing(connection_ptr c, wire::message m) : conn(std::move(c)), message(std::move(m)) {}
         connection_ptr conn;
         wire::message message;
-        std::optional<checkpoint_writer::shard_job> save;
+        std::unique_ptr<checkpoint_writer::shard_job> save; // (a pointer: replies stay small)
     };
     using outbox = std::vector<outgoing>;
 
@@ -2379,7 +2379,7 @@ private:
         /// (`finish_save`, once the lock is released).
         std::error_code save(table_slot& s, const wire::message_header& h,
                              std::span<const std::byte> args,
-                             std::optional<checkpoint_writer::shard_job>& job,
+                             std::unique_ptr<checkpoint_writer::shard_job>& job,
                              std::string& message) {
             std::string dir;
             if (auto ec = detail::decode_binary(args, dir, message)) {
@@ -2392,7 +2392,8 @@ private:
             if (s.table && s.table->check(h)) {
                 return s.table->check(h);
             }
-            auto& j = job.emplace();
+            job = std::make_unique<checkpoint_writer::shard_job>();
+            auto& j = *job;
             j.file = detail::table_dir(dir, h.table_id) / detail::shard_file_name(opts.node_id);
             j.server = opts.node_id;
             auto& t = j.rows;
@@ -2444,7 +2445,7 @@ private:
             std::error_code ec = errc::unknown_function;
             detail::decoded_call decoded;
             std::string why;
-            std::optional<checkpoint_writer::shard_job> job;
+            std::unique_ptr<checkpoint_writer::shard_job> job;
             if (!detail::decode_call(m.values().span(), decoded, why) &&
                 decoded.name == detail::checkpoint_call) {
                 try {
