@@ -2,6 +2,7 @@
 
 #include "support/cluster.hpp"
 #include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 #include <petrel/kv_store.hpp>
 
@@ -1341,39 +1342,25 @@ petrel::config ckpt_job(std::uint32_t servers, std::string restore = {}) {
     return cfg;
 }
 
-/// A fresh directory under the system's temporary directory, removed at the end.
-struct scratch_dir {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() /
-        ("petrel-ckpt-" + std::to_string(::getpid()) + "-" +
-         std::to_string(
-             mix(std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()))));
-    scratch_dir() { std::filesystem::create_directories(path); }
-    ~scratch_dir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-    }
-};
-
 } // namespace
 
 TEST_CASE("run: train, checkpoint, stop, restore on more servers, continue: bitwise the same",
           "[checkpoint]") {
-    scratch_dir dir;
+    petrel::test::temp_dir dir;
     ckpt_result straight;
     REQUIRE(petrel::run(ckpt_job(2), [&](petrel::worker_node& w) {
-                ckpt_train(w, straight, 5, dir.path.string());
+                ckpt_train(w, straight, 5, dir.path().string());
             }) == petrel::run_ok);
     REQUIRE(straight.dense.size() == ckpt_dense_keys);
-    const auto manifest = petrel::read_checkpoint(dir.path, 0);
+    const auto manifest = petrel::read_checkpoint(dir.path(), 0);
     CHECK(manifest.clock == 5);
     CHECK(manifest.updater == "adam");
     CHECK(manifest.shards.size() == 2);
-    CHECK(petrel::read_checkpoint(dir.path, 1).updater == "ftrl");
+    CHECK(petrel::read_checkpoint(dir.path(), 1).updater == "ftrl");
 
     // The job stopped; a new one restores onto 3 servers and continues from clock 5.
     ckpt_result resumed;
-    REQUIRE(petrel::run(ckpt_job(3, dir.path.string()), [&](petrel::worker_node& w) {
+    REQUIRE(petrel::run(ckpt_job(3, dir.path().string()), [&](petrel::worker_node& w) {
                 ckpt_train(w, resumed, -1, {});
             }) == petrel::run_ok);
     CHECK(resumed.started_at == 5);
@@ -1388,14 +1375,14 @@ TEST_CASE("run: train, checkpoint, stop, restore on more servers, continue: bitw
                         [](float v) { return v != 0.0f; }) > 100);
 
     // A corrupted shard is refused, naming the file; the job does not start.
-    const auto shard = dir.path / "table-0" / manifest.shards[1].file;
+    const auto shard = dir.path() / "table-0" / manifest.shards[1].file;
     {
         std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
         f.seekp(100);
         f.put('\x5a');
     }
     ckpt_result refused;
-    petrel::config cfg = ckpt_job(2, dir.path.string());
+    petrel::config cfg = ckpt_job(2, dir.path().string());
     petrel::test::log_capture log;
     CHECK(petrel::run(
               cfg, [&](petrel::worker_node& w) { ckpt_train(w, refused, -1, {}); }, log.logger()) ==
@@ -1416,28 +1403,28 @@ TEST_CASE("run: a job restored twice resumes at the job's iteration, bitwise the
             }) == petrel::run_ok);
     CHECK(straight.clock_at_start == 0);
 
-    scratch_dir first;
-    scratch_dir second;
+    petrel::test::temp_dir first;
+    petrel::test::temp_dir second;
     ckpt_result a;
     REQUIRE(petrel::run(ckpt_job(2), [&](petrel::worker_node& w) {
-                ckpt_train(w, a, 5, first.path.string());
+                ckpt_train(w, a, 5, first.path().string());
             }) == petrel::run_ok);
-    REQUIRE(petrel::read_checkpoint(first.path, 0).clock == 5);
+    REQUIRE(petrel::read_checkpoint(first.path(), 0).clock == 5);
 
     ckpt_result b;
-    REQUIRE(petrel::run(ckpt_job(3, first.path.string()), [&](petrel::worker_node& w) {
-                ckpt_train(w, b, 8, second.path.string());
+    REQUIRE(petrel::run(ckpt_job(3, first.path().string()), [&](petrel::worker_node& w) {
+                ckpt_train(w, b, 8, second.path().string());
             }) == petrel::run_ok);
     CHECK(b.started_at == 5);
     CHECK(b.clock_at_start == 5);
     for (std::uint32_t table : {0u, 1u}) {
-        const auto m = petrel::read_checkpoint(second.path, table);
+        const auto m = petrel::read_checkpoint(second.path(), table);
         CHECK(m.clock == 8);
         CHECK(m.clock_limit == 8); // sequential: an exact cut
     }
 
     ckpt_result c;
-    REQUIRE(petrel::run(ckpt_job(2, second.path.string()), [&](petrel::worker_node& w) {
+    REQUIRE(petrel::run(ckpt_job(2, second.path().string()), [&](petrel::worker_node& w) {
                 ckpt_train(w, c, -1, {});
             }) == petrel::run_ok);
     CHECK(c.started_at == 8);
@@ -1456,7 +1443,7 @@ TEST_CASE("run: a checkpoint under bounded_delay records the clocks it may hold"
     // below the manifest's clock is in, none of a clock at or above its clock_limit.
     constexpr std::uint64_t iterations = 20;
     constexpr std::uint64_t save_at = 10;
-    scratch_dir dir;
+    petrel::test::temp_dir dir;
     petrel::config cfg = quick_heartbeats();
     cfg.servers = 2;
     cfg.workers = 3;
@@ -1473,17 +1460,18 @@ TEST_CASE("run: a checkpoint under bounded_delay records the clocks it may hold"
                     }
                     kv.clock();
                     if (w.rank() == 0 && t + 1 == save_at) {
-                        kv.save(dir.path.string(), asio::use_future).get();
+                        kv.save(dir.path().string(), asio::use_future).get();
                     }
                 }
             }) == petrel::run_ok);
-    const auto m = petrel::read_checkpoint(dir.path, 5);
+    const auto m = petrel::read_checkpoint(dir.path(), 5);
     CHECK(m.clock == save_at - 2);  // a pull at clock 10 needs the clocks below 8
     CHECK(m.clock_limit > m.clock); // the other workers were ahead
     std::map<std::uint64_t, float> saved;
     for (const auto& shard : m.shards) {
-        const auto rows = petrel::detail::read_shard(
-            petrel::detail::table_dir(dir.path, 5) / shard.file, m, shard, std::uint64_t{1} << 30);
+        const auto rows =
+            petrel::detail::read_shard(petrel::detail::table_dir(dir.path(), 5) / shard.file, m,
+                                       shard, std::uint64_t{1} << 30);
         for (std::uint64_t r = 0; r < rows.rows; ++r) {
             std::uint64_t key = 0;
             float value = 0;

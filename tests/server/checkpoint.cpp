@@ -1,5 +1,7 @@
 #include <petrel/server/checkpoint.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <petrel/wire/detail/streambuf.hpp>
 
 #include <catch2/catch.hpp>
@@ -27,33 +29,7 @@ using petrel::shard_info;
 using petrel::shard_table;
 using petrel::wire::scalar_type;
 
-/// A fresh directory under the system's temporary directory, removed with everything in
-/// it when the test ends (passed or not).
-class temp_dir {
-public:
-    temp_dir() {
-        std::random_device rd;
-        const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-        for (int attempt = 0;; ++attempt) {
-            path_ =
-                fs::temp_directory_path() / ("petrel-checkpoint-" + std::to_string(now) + "-" +
-                                             std::to_string(rd()) + "-" + std::to_string(attempt));
-            if (fs::create_directories(path_)) {
-                break;
-            }
-        }
-    }
-    temp_dir(const temp_dir&) = delete;
-    temp_dir& operator=(const temp_dir&) = delete;
-    ~temp_dir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    [[nodiscard]] const fs::path& path() const noexcept { return path_; }
-
-private:
-    fs::path path_;
-};
+using petrel::test::temp_dir;
 
 template <typename T>
 void append(std::vector<std::byte>& out, T v) {

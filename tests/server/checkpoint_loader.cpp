@@ -1,5 +1,7 @@
 #include <petrel/server/checkpoint_loader.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <petrel/server/updater.hpp>
@@ -17,17 +19,6 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-struct scratch {
-    fs::path path = fs::temp_directory_path() /
-                    ("petrel-loader-" + std::to_string(::getpid()) + "-" +
-                     std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    scratch() { fs::create_directories(path); }
-    ~scratch() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 /// Writes table `id` (u64 keys, float values, width 1, summing) as the shards of
 /// `servers` servers, server s holding the keys k with k % servers == s, value = k; the
@@ -84,13 +75,13 @@ TEST_CASE("checkpoint_loader: table directory ids", "[checkpoint]") {
 TEST_CASE("checkpoint_loader: every table of a checkpoint, the rows a server owns, and the "
           "clocks",
           "[checkpoint]") {
-    scratch dir;
-    write_table(dir.path, 2, 1000, 3, 40, 43);
-    write_table(dir.path, 9, 10, 1, 7, 7);
-    fs::create_directories(dir.path / "not-a-table");
-    fs::create_directories(dir.path / "table-x");
+    petrel::test::temp_dir dir;
+    write_table(dir.path(), 2, 1000, 3, 40, 43);
+    write_table(dir.path(), 9, 10, 1, 7, 7);
+    fs::create_directories(dir.path() / "not-a-table");
+    fs::create_directories(dir.path() / "table-x");
 
-    auto all = petrel::detail::load_checkpoint(dir.path, nullptr, {}, std::uint64_t{1} << 30);
+    auto all = petrel::detail::load_checkpoint(dir.path(), nullptr, {}, std::uint64_t{1} << 30);
     REQUIRE(all.size() == 2);
     CHECK(all.at(2).table->size() == 1000);
     CHECK(all.at(2).clock == 40);
@@ -100,7 +91,7 @@ TEST_CASE("checkpoint_loader: every table of a checkpoint, the rows a server own
 
     // Onto another placement: only the keys `owns` gives this server.
     auto even = petrel::detail::load_checkpoint(
-        dir.path, nullptr,
+        dir.path(), nullptr,
         [](std::uint32_t table, std::uint64_t key) { return table == 9 || key % 2 == 0; },
         std::uint64_t{1} << 30);
     CHECK(even.at(2).table->size() == 500);
@@ -109,32 +100,33 @@ TEST_CASE("checkpoint_loader: every table of a checkpoint, the rows a server own
 
 TEST_CASE("checkpoint_loader: a checkpoint that cannot be loaded is refused, naming why",
           "[checkpoint]") {
-    scratch dir;
+    petrel::test::temp_dir dir;
     const auto big = std::uint64_t{1} << 30;
     SECTION("not a directory") {
-        CHECK_THROWS_WITH(petrel::detail::load_checkpoint(dir.path / "none", nullptr, {}, big),
+        CHECK_THROWS_WITH(petrel::detail::load_checkpoint(dir.path() / "none", nullptr, {}, big),
                           Catch::Contains("is not a directory"));
     }
     SECTION("no table") {
-        CHECK_THROWS_WITH(petrel::detail::load_checkpoint(dir.path, nullptr, {}, big),
+        CHECK_THROWS_WITH(petrel::detail::load_checkpoint(dir.path(), nullptr, {}, big),
                           Catch::Contains("holds no table checkpoint"));
     }
     SECTION("a manifest in another table's directory") {
-        write_table(dir.path, 2, 10, 1, 1, 1);
-        fs::rename(petrel::detail::table_dir(dir.path, 2), petrel::detail::table_dir(dir.path, 5));
-        CHECK_THROWS_WITH(petrel::detail::load_checkpoint(dir.path, nullptr, {}, big),
+        write_table(dir.path(), 2, 10, 1, 1, 1);
+        fs::rename(petrel::detail::table_dir(dir.path(), 2),
+                   petrel::detail::table_dir(dir.path(), 5));
+        CHECK_THROWS_WITH(petrel::detail::load_checkpoint(dir.path(), nullptr, {}, big),
                           Catch::Contains("records table 2 in the directory of table 5"));
     }
     SECTION("a shard larger than allowed") {
-        write_table(dir.path, 2, 1000, 1, 1, 1);
-        CHECK_THROWS_AS(petrel::detail::load_checkpoint(dir.path, nullptr, {}, 64),
+        write_table(dir.path(), 2, 1000, 1, 1, 1);
+        CHECK_THROWS_AS(petrel::detail::load_checkpoint(dir.path(), nullptr, {}, 64),
                         petrel::checkpoint_error);
     }
     SECTION("a declaration with another update rule") {
-        write_table(dir.path, 2, 10, 1, 1, 1);
+        write_table(dir.path(), 2, 10, 1, 1, 1);
         petrel::table_registry declared;
         declared.add<std::uint64_t, float>(2, {.width = 1}, petrel::adagrad{.eta = 0.1});
-        CHECK_THROWS_WITH(petrel::detail::load_checkpoint(dir.path, &declared, {}, big),
+        CHECK_THROWS_WITH(petrel::detail::load_checkpoint(dir.path(), &declared, {}, big),
                           Catch::Contains("table 2 was saved with update rule 'sum'") &&
                               Catch::Contains("which its declaration does not match"));
     }
@@ -143,7 +135,7 @@ TEST_CASE("checkpoint_loader: a checkpoint that cannot be loaded is refused, nam
         m.table_id = 3;
         m.updater = "adagrad";
         m.state_width = 1;
-        CHECK_THROWS_WITH(petrel::detail::table_for_checkpoint(m, dir.path, nullptr),
+        CHECK_THROWS_WITH(petrel::detail::table_for_checkpoint(m, dir.path(), nullptr),
                           Catch::Contains("declare it in the table_registry"));
     }
 }

@@ -1,6 +1,7 @@
 #include <petrel/server/checkpoint_writer.hpp>
 
 #include "support/events.hpp"
+#include "support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -18,19 +19,6 @@
 #include <unistd.h>
 
 namespace {
-
-/// A scratch directory, removed with everything in it.
-struct scratch {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() /
-        ("petrel-writer-" + std::to_string(::getpid()) + "-" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    scratch() { std::filesystem::create_directories(path); }
-    ~scratch() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-    }
-};
 
 /// Rows 0 .. n-1 of width 2 (u64 keys, float values), value = key.
 petrel::shard_table rows(std::uint64_t n) {
@@ -68,9 +56,9 @@ petrel::checkpoint_writer::shard_job job_for(const std::filesystem::path& dir, s
 } // namespace
 
 TEST_CASE("checkpoint_writer: writes the shard and answers with its record", "[checkpoint]") {
-    scratch dir;
+    petrel::test::temp_dir dir;
     petrel::checkpoint_writer writer;
-    const auto out = writer.write(job_for(dir.path, 2, 1000));
+    const auto out = writer.write(job_for(dir.path(), 2, 1000));
     REQUIRE_FALSE(out.error);
     CHECK(out.message.empty());
     petrel::detail::saved_shard record;
@@ -81,7 +69,7 @@ TEST_CASE("checkpoint_writer: writes the shard and answers with its record", "[c
     CHECK(record.shard.server == 2);
     CHECK(record.shard.rows == 1000);
     CHECK(record.shard.file == petrel::detail::shard_file_name(2));
-    const auto file = petrel::detail::table_dir(dir.path, 3) / record.shard.file;
+    const auto file = petrel::detail::table_dir(dir.path(), 3) / record.shard.file;
     CHECK(std::filesystem::file_size(file) == record.shard.bytes);
     const auto bytes = petrel::detail::read_file_of_size(file, record.shard.bytes);
     CHECK(petrel::detail::checksum(bytes) == record.shard.checksum);
@@ -89,12 +77,12 @@ TEST_CASE("checkpoint_writer: writes the shard and answers with its record", "[c
 
 TEST_CASE("checkpoint_writer: a shard that cannot be written fails, saying why, and logs it",
           "[checkpoint]") {
-    scratch dir;
+    petrel::test::temp_dir dir;
     // A file where the table's directory should be.
-    std::ofstream(petrel::detail::table_dir(dir.path, 3)) << "in the way";
+    std::ofstream(petrel::detail::table_dir(dir.path(), 3)) << "in the way";
     petrel::test::log_capture log;
     petrel::checkpoint_writer writer;
-    const auto out = writer.write(job_for(dir.path, 2, 10), log.logger());
+    const auto out = writer.write(job_for(dir.path(), 2, 10), log.logger());
     CHECK(out.error == petrel::errc::checkpoint_failed);
     CHECK(out.result.empty());
     CHECK_THAT(out.message, Catch::Contains("table-3"));
@@ -102,7 +90,7 @@ TEST_CASE("checkpoint_writer: a shard that cannot be written fails, saying why, 
 }
 
 TEST_CASE("checkpoint_writer: writes one shard at a time", "[checkpoint]") {
-    scratch dir;
+    petrel::test::temp_dir dir;
     std::atomic<int> inside{0};
     std::atomic<int> most{0};
     petrel::checkpoint_writer writer(
@@ -121,7 +109,7 @@ TEST_CASE("checkpoint_writer: writes one shard at a time", "[checkpoint]") {
     for (std::uint32_t i = 0; i < 4; ++i) {
         threads.emplace_back([&, i] {
             // Two of them write the same file: its temporary file is shared too.
-            if (writer.write(job_for(dir.path, i % 2, 100 + i)).error) {
+            if (writer.write(job_for(dir.path(), i % 2, 100 + i)).error) {
                 ++failed;
             }
         });

@@ -2,6 +2,7 @@
 
 #include "support/cluster.hpp"
 #include "support/events.hpp"
+#include "support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -486,19 +487,6 @@ TEST_CASE("server_node: several connections share the tables", "[server]") {
 
 namespace {
 
-/// A fresh directory under the system's temporary directory, removed at the end.
-struct ckpt_dir {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() /
-        ("petrel-server-ckpt-" + std::to_string(::getpid()) + "-" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    ckpt_dir() { std::filesystem::create_directories(path); }
-    ~ckpt_dir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-    }
-};
-
 std::shared_ptr<const petrel::table_registry> adagrad_table() {
     petrel::table_registry t;
     t.add<std::uint64_t, float>(4, {.width = 2}, petrel::adagrad{.eta = 0.5});
@@ -532,10 +520,10 @@ void save_two_servers(const std::filesystem::path& dir, std::vector<std::uint64_
 
 TEST_CASE("server_node: restore loads a checkpoint onto one server, or refuses it whole",
           "[checkpoint]") {
-    ckpt_dir dir;
+    petrel::test::temp_dir dir;
     std::vector<std::uint64_t> keys;
-    save_two_servers(dir.path, keys);
-    const auto manifest = petrel::read_checkpoint(dir.path, 4);
+    save_two_servers(dir.path(), keys);
+    const auto manifest = petrel::read_checkpoint(dir.path(), 4);
     REQUIRE(manifest.shards.size() == 2);
     CHECK(manifest.updater == "adagrad");
     CHECK(manifest.state_width == 2);
@@ -543,7 +531,7 @@ TEST_CASE("server_node: restore loads a checkpoint onto one server, or refuses i
     io_threads io{2};
     // Onto one server: every row, values and state.
     petrel::server_node one(petrel::tcp_transport(io.executor()), {.tables = adagrad_table()});
-    one.restore(dir.path);
+    one.restore(dir.path());
     CHECK(one.key_count(4) == keys.size());
     petrel::kv_store_options<std::uint64_t> o;
     o.servers = {one.listen("127.0.0.1:0")};
@@ -570,7 +558,7 @@ TEST_CASE("server_node: restore loads a checkpoint onto one server, or refuses i
         petrel::tcp_transport(io.executor()),
         {.tables = std::make_shared<const petrel::table_registry>(std::move(other))});
     try {
-        mismatched.restore(dir.path);
+        mismatched.restore(dir.path());
         FAIL("restored a checkpoint its declaration does not match");
     } catch (const petrel::checkpoint_error& e) {
         CHECK(std::string(e.what()).find("manifest.json") != std::string::npos);
@@ -579,10 +567,10 @@ TEST_CASE("server_node: restore loads a checkpoint onto one server, or refuses i
     CHECK(mismatched.key_count(4) == 0);
 
     // A truncated shard: refused naming that file; the server keeps what it had.
-    const auto shard = dir.path / "table-4" / manifest.shards[1].file;
+    const auto shard = dir.path() / "table-4" / manifest.shards[1].file;
     std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
     try {
-        one.restore(dir.path);
+        one.restore(dir.path());
         FAIL("restored a truncated shard");
     } catch (const petrel::checkpoint_error& e) {
         CHECK(std::string(e.what()).find(shard.string()) != std::string::npos);
@@ -590,14 +578,14 @@ TEST_CASE("server_node: restore loads a checkpoint onto one server, or refuses i
     CHECK(one.key_count(4) == keys.size());
 
     // No manifest: the checkpoint is incomplete.
-    std::filesystem::remove(dir.path / "table-4" / "manifest.json");
-    CHECK_THROWS_AS(one.restore(dir.path), petrel::checkpoint_error);
-    CHECK_THROWS_AS(one.restore(dir.path / "missing"), petrel::checkpoint_error);
+    std::filesystem::remove(dir.path() / "table-4" / "manifest.json");
+    CHECK_THROWS_AS(one.restore(dir.path()), petrel::checkpoint_error);
+    CHECK_THROWS_AS(one.restore(dir.path() / "missing"), petrel::checkpoint_error);
 }
 
 TEST_CASE("server_node: a save by servers that share an id fails, naming the problem",
           "[checkpoint]") {
-    ckpt_dir dir;
+    petrel::test::temp_dir dir;
     petrel::test::log_capture log; // the servers' and the worker's
     io_threads io{2};
     petrel::transport_options topts;
@@ -611,19 +599,19 @@ TEST_CASE("server_node: a save by servers that share an id fails, naming the pro
     const std::vector<std::uint64_t> keys{1, 2, 3, 1000, 100000};
     kv.push(keys, xt::xtensor<float, 1>(xt::ones<float>({keys.size()})), asio::use_future).get();
     try {
-        kv.save(dir.path.string(), asio::use_future).get();
+        kv.save(dir.path().string(), asio::use_future).get();
         FAIL("saved two shards under one name");
     } catch (const std::system_error& e) {
         CHECK(e.code() == errc::checkpoint_failed);
     }
     CHECK(log.all().find("checkpoint failed") != std::string::npos);
-    CHECK_THROWS_AS(petrel::read_checkpoint(dir.path, 0), petrel::checkpoint_error);
+    CHECK_THROWS_AS(petrel::read_checkpoint(dir.path(), 0), petrel::checkpoint_error);
 }
 
 TEST_CASE("server_node: a shard is written with no lock held: pushes and pulls of its "
           "table and of others complete meanwhile, and the shard holds the cut",
           "[checkpoint]") {
-    ckpt_dir dir;
+    petrel::test::temp_dir dir;
     io_threads io{2};
     // A writer that waits, once it has the snapshot, until the test lets it write.
     std::promise<void> writing;
@@ -667,7 +655,7 @@ TEST_CASE("server_node: a shard is written with no lock held: pushes and pulls o
     saved_table->push(keys, ones, asio::use_future).get();
     other_table->push(keys, ones, asio::use_future).get();
 
-    auto saved = saved_table->save(dir.path.string(), asio::use_future);
+    auto saved = saved_table->save(dir.path().string(), asio::use_future);
     REQUIRE(started.wait_for(10s) == std::future_status::ready);
     // The shard is being written: both tables take pushes and answer pulls.
     auto same = saved_table->push(keys, ones, asio::use_future);
@@ -687,7 +675,7 @@ TEST_CASE("server_node: a shard is written with no lock held: pushes and pulls o
     CHECK(writes == 1);
     // The shard holds the rows as they were at the call, not the push after it.
     petrel::server_node restored(petrel::tcp_transport(io.executor()));
-    restored.restore(dir.path);
+    restored.restore(dir.path());
     petrel::kv_store_options<std::uint64_t> o;
     o.servers = {restored.listen("127.0.0.1:0")};
     petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
