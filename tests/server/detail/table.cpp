@@ -5,9 +5,13 @@
 #include <petrel/core/buffer_pool.hpp>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <numeric>
 #include <span>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -93,4 +97,177 @@ TEST_CASE("table: a push reserved right before it is applied finds its rows once
     table->apply(second);
     const auto rows = contents(*table);
     CHECK(rows == std::map<std::uint64_t, float>{{5, 1.0F}, {9, 12.0F}, {12, 23.0F}, {30, 30.0F}});
+}
+
+namespace {
+
+/// A push of `keys` (sorted; or runs `[begin, end)` pairs when `runs`) with `width` values
+/// per key, every value `v`.
+wire::message push_rows(const std::vector<std::uint64_t>& keys, std::uint32_t width, float v,
+                        bool runs = false) {
+    std::size_t count = keys.size();
+    if (runs) {
+        count = 0;
+        for (std::size_t r = 0; r + 1 < keys.size(); r += 2) {
+            count += keys[r + 1] - keys[r];
+        }
+    }
+    const std::vector<float> values(count * width, v);
+    auto m = push_of(keys, {0.0F});
+    m.header.width = width;
+    m.header.key_count = count;
+    if (runs) {
+        m.header.flags |= wire::flag_key_runs;
+        m.header.range_end = keys.back();
+    }
+    m.set_segment(wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    return m;
+}
+
+} // namespace
+
+TEST_CASE("table: pushes applied from several threads at once add up, and reads see whole rows",
+          "[server]") {
+    constexpr std::uint32_t width = 4;
+    constexpr int threads = 4;
+    constexpr int rounds = 150;
+    const bool dense = GENERATE(false, true);
+    CAPTURE(dense);
+    std::unique_ptr<petrel::detail::table_base> table;
+    if (dense) {
+        table = std::make_unique<petrel::detail::table<std::uint64_t, float>>(
+            width, petrel::detail::make_updater<float>(petrel::sum{}), petrel::initializer::zeros(),
+            petrel::key_range<std::uint64_t>{0, 100000});
+    } else {
+        table = std::make_unique<petrel::detail::table<std::uint64_t, float>>(width);
+    }
+    // Thread t pushes, each round: the shared keys 0..1999 (in runs for a dense table),
+    // and 50 keys of its own that no row holds yet (every round creates rows while the
+    // other threads apply).
+    std::vector<std::vector<wire::message>> pushes(threads);
+    for (int t = 0; t < threads; ++t) {
+        for (int r = 0; r < rounds; ++r) {
+            if (dense) {
+                pushes[t].push_back(push_rows({0, 2000}, width, 1.0F, true));
+            } else {
+                std::vector<std::uint64_t> shared(2000);
+                std::iota(shared.begin(), shared.end(), std::uint64_t{0});
+                pushes[t].push_back(push_rows(shared, width, 1.0F));
+            }
+            std::vector<std::uint64_t> own;
+            for (int i = 0; i < 50; ++i) {
+                own.push_back(10000 + static_cast<std::uint64_t>((t * rounds + r) * 50 + i));
+            }
+            pushes[t].push_back(push_rows(own, width, static_cast<float>(t + 1)));
+        }
+    }
+    std::atomic<bool> done{false};
+    std::atomic<int> torn{0};
+    std::atomic<int> failed{0};
+    std::thread reader([&] {
+        const auto pull = dense ? push_rows({0, 2000}, width, 0.0F, true) : pushes[0][0];
+        std::vector<float> out(2000 * width);
+        while (!done) {
+            table->read_shared(pull, reinterpret_cast<std::byte*>(out.data()));
+            for (std::size_t k = 0; k < 2000; ++k) {
+                for (std::size_t j = 1; j < width; ++j) {
+                    if (out[k * width + j] != out[k * width]) {
+                        ++torn;
+                    }
+                }
+            }
+        }
+    });
+    std::vector<std::thread> appliers;
+    for (int t = 0; t < threads; ++t) {
+        appliers.emplace_back([&, t] {
+            for (const auto& m : pushes[t]) {
+                if (table->apply_shared(m)) {
+                    ++failed;
+                }
+            }
+        });
+    }
+    for (auto& a : appliers) {
+        a.join();
+    }
+    done = true;
+    reader.join();
+    CHECK(failed == 0);
+    CHECK(torn == 0);
+    const auto d = table->dump(0);
+    const auto* k = reinterpret_cast<const std::uint64_t*>(d.keys.data());
+    const auto* v = reinterpret_cast<const float*>(d.values.data());
+    std::size_t seen = 0;
+    for (std::uint64_t i = 0; i < d.rows; ++i) {
+        float want = 0;
+        if (k[i] < 2000) {
+            want = threads * rounds;
+        } else if (k[i] >= 10000) {
+            want = static_cast<float>((k[i] - 10000) / (rounds * 50) + 1);
+        } else {
+            continue; // a dense page's other keys
+        }
+        ++seen;
+        for (std::uint32_t j = 0; j < width; ++j) {
+            REQUIRE(v[i * width + j] == want);
+        }
+    }
+    CHECK(seen == 2000 + threads * rounds * 50);
+}
+
+TEST_CASE("table: an update rule with state, applied from several threads to keys of their own, "
+          "gives the rows of one thread's order",
+          "[server]") {
+    using table_type = petrel::detail::table<std::uint64_t, double>;
+    auto make = [] {
+        return std::make_unique<table_type>(
+            2, petrel::detail::make_updater<double>(petrel::adagrad{.eta = 0.5}),
+            petrel::initializer::zeros(), std::nullopt);
+    };
+    auto parallel = make();
+    auto serial = make();
+    constexpr int threads = 3;
+    std::vector<std::vector<wire::message>> pushes(threads);
+    for (int t = 0; t < threads; ++t) {
+        for (int r = 0; r < 40; ++r) {
+            std::vector<std::uint64_t> keys;
+            for (std::uint64_t i = 0; i < 300; ++i) {
+                keys.push_back(static_cast<std::uint64_t>(t) * 1000 + i);
+            }
+            std::vector<double> g(keys.size() * 2, 0.25 * (r + 1) + t);
+            auto m = push_of(keys, {0.0F});
+            m.header.value_type = wire::scalar_type::f64;
+            m.header.width = 2;
+            m.set_segment(wire::values_segment,
+                          petrel::shared_bytes::copy_of(std::as_bytes(std::span(g))));
+            pushes[t].push_back(std::move(m));
+        }
+    }
+    for (const auto& list : pushes) {
+        for (const auto& m : list) {
+            serial->add(m);
+        }
+    }
+    std::atomic<int> failed{0};
+    std::vector<std::thread> appliers;
+    for (int t = 0; t < threads; ++t) {
+        appliers.emplace_back([&, t] {
+            for (const auto& m : pushes[t]) {
+                if (parallel->apply_shared(m)) {
+                    ++failed; // (Catch's assertions are for the test's thread)
+                }
+            }
+        });
+    }
+    for (auto& a : appliers) {
+        a.join();
+    }
+    CHECK(failed == 0);
+    const auto a = parallel->dump(0);
+    const auto b = serial->dump(0);
+    CHECK(a.keys == b.keys);
+    CHECK(a.values == b.values);
+    CHECK(a.state == b.state);
 }

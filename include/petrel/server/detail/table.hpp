@@ -5,12 +5,15 @@
 #include <petrel/core/key.hpp>
 #include <petrel/core/key_range.hpp>
 #include <petrel/server/checkpoint.hpp>
+#include <petrel/server/detail/hash_index.hpp>
+#include <petrel/server/detail/row_store.hpp>
 #include <petrel/server/initializer.hpp>
 #include <petrel/server/updater.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -18,8 +21,10 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string_view>
 #include <system_error>
@@ -63,6 +68,11 @@ struct key_seq {
 /// (the only step that allocates; all or nothing), then `apply` (one push) or
 /// `apply_clock` (the pushes of one clock, aggregated per key) runs the update rule and
 /// cannot fail.
+///
+/// Two members may run on several threads at once: `apply_shared` and `read_shared`, which
+/// create rows under the table's own lock and touch each row under the lock of its stripe.
+/// Every other member needs the table to itself (the server's storage lock, held
+/// exclusively, keeps both kinds apart).
 class table_base {
 public:
     table_base(wire::scalar_type k, wire::scalar_type v, std::uint32_t width)
@@ -111,6 +121,14 @@ public:
     /// Writes the rows of the pulled keys into `out` (initial values for keys never
     /// pushed).
     virtual void read(const wire::message& m, std::byte* out) const = 0;
+    /// `reserve` then `apply` of one push (checked, not ordered), while other threads may
+    /// do the same or `read_shared`: concurrent pushes of one key are applied one after
+    /// the other, in no set order. All or nothing: `errc::out_of_memory` when its rows
+    /// cannot be created.
+    [[nodiscard]] virtual std::error_code apply_shared(const wire::message& m) noexcept = 0;
+    /// `read` while other threads may `apply_shared` or `read_shared`: each row is read
+    /// whole, between two pushes. @throws std::bad_alloc
+    virtual void read_shared(const wire::message& m, std::byte* out) const = 0;
     /// Keys stored.
     [[nodiscard]] virtual std::size_t size() const noexcept = 0;
     /// Bytes of memory the table holds (index, rows, optimizer state, scratch).
@@ -136,157 +154,6 @@ private:
     wire::scalar_type key_type_;
     wire::scalar_type value_type_;
     std::uint32_t width_;
-};
-
-/// Rows of `stride` values in fixed-size blocks: no over-allocation beyond one block and
-/// no copy when growing. Rows are numbered from 0 in creation order.
-template <typename Value>
-class row_store {
-public:
-    explicit row_store(std::size_t stride) : stride_(stride) {
-        // About 64 KiB per block, at least 64 rows.
-        const std::size_t want = std::max<std::size_t>(64, (64 * 1024) / (stride * sizeof(Value)));
-        shift_ = static_cast<unsigned>(std::bit_width(want) - 1);
-    }
-
-    [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
-    [[nodiscard]] std::size_t stride() const noexcept { return stride_; }
-
-    [[nodiscard]] Value* row(std::size_t i) noexcept {
-        return blocks_[i >> shift_].get() + (i & mask()) * stride_;
-    }
-    [[nodiscard]] const Value* row(std::size_t i) const noexcept {
-        return blocks_[i >> shift_].get() + (i & mask()) * stride_;
-    }
-
-    /// Makes room for `more` rows beyond `rows()`. @throws std::bad_alloc (the store is
-    /// as it was, but for blocks added, which later rows use).
-    void reserve_more(std::size_t more) {
-        const std::size_t need = rows_ + more;
-        const std::size_t per = std::size_t{1} << shift_;
-        std::size_t blocks = (need + per - 1) / per;
-        if (blocks > blocks_.size()) {
-            blocks_.reserve(std::max(blocks, 2 * blocks_.size()));
-            while (blocks_.size() < blocks) {
-                blocks_.push_back(std::make_unique_for_overwrite<Value[]>(per * stride_));
-            }
-        }
-    }
-
-    /// The next row, from the room `reserve_more` made.
-    std::size_t add() noexcept { return rows_++; }
-
-    /// Removes the last `n` rows.
-    void drop(std::size_t n) noexcept { rows_ -= n; }
-
-    [[nodiscard]] std::size_t memory_bytes() const noexcept {
-        return blocks_.size() * (std::size_t{1} << shift_) * stride_ * sizeof(Value) +
-               blocks_.capacity() * sizeof(void*);
-    }
-
-private:
-    [[nodiscard]] std::size_t mask() const noexcept { return (std::size_t{1} << shift_) - 1; }
-
-    std::size_t stride_;
-    unsigned shift_ = 6;
-    std::size_t rows_ = 0;
-    std::vector<std::unique_ptr<Value[]>> blocks_;
-};
-
-/// Keys to row numbers by open addressing (linear probing, at most 4/5 full, growing by
-/// half): a key and a 32-bit row number per slot, no per-key allocation, 12 to 23 bytes
-/// per u64 key. The largest key (reserved, never a valid key) marks empty slots.
-template <typename Key>
-class hash_index {
-public:
-    static constexpr std::uint32_t npos = 0xFFFFFFFF;
-    static constexpr Key empty = key_space_end<Key>;
-
-    [[nodiscard]] std::size_t size() const noexcept { return size_; }
-
-    [[nodiscard]] std::uint32_t find(Key k) const noexcept {
-        if (capacity_ == 0) {
-            return npos;
-        }
-        for (std::size_t i = slot_of(k);; i = next(i)) {
-            if (keys_[i] == k) {
-                return rows_[i];
-            }
-            if (keys_[i] == empty) {
-                return npos;
-            }
-        }
-    }
-
-    /// Makes room for `more` keys beyond `size()`. @throws std::bad_alloc (as it was).
-    void reserve_more(std::size_t more) {
-        const std::size_t need = size_ + more;
-        if (need * 5 <= capacity_ * 4) {
-            return;
-        }
-        std::size_t cap = std::max<std::size_t>(capacity_, 16);
-        while (need * 5 > cap * 4) {
-            cap += cap / 2;
-        }
-        rehash(cap);
-    }
-
-    /// Adds `k` (not present) with row `row`; room was reserved.
-    void insert(Key k, std::uint32_t row) noexcept {
-        std::size_t i = slot_of(k);
-        while (keys_[i] != empty) {
-            i = next(i);
-        }
-        keys_[i] = k;
-        rows_[i] = row;
-        ++size_;
-    }
-
-    /// Calls `f(key, row)` for every key, in no particular order.
-    template <typename F>
-    void for_each(F&& f) const {
-        for (std::size_t i = 0; i < capacity_; ++i) {
-            if (keys_[i] != empty) {
-                f(keys_[i], rows_[i]);
-            }
-        }
-    }
-
-    [[nodiscard]] std::size_t memory_bytes() const noexcept {
-        return capacity_ * (sizeof(Key) + sizeof(std::uint32_t));
-    }
-
-private:
-    /// The key's home slot: a Fibonacci hash scaled to the capacity (any capacity).
-    [[nodiscard]] std::size_t slot_of(Key k) const noexcept {
-        const std::uint64_t h = static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ULL;
-        __extension__ using wide = unsigned __int128;
-        return static_cast<std::size_t>((static_cast<wide>(h) * capacity_) >> 64);
-    }
-    [[nodiscard]] std::size_t next(std::size_t i) const noexcept {
-        return i + 1 == capacity_ ? 0 : i + 1;
-    }
-
-    void rehash(std::size_t cap) {
-        auto keys = std::make_unique_for_overwrite<Key[]>(cap);
-        auto rows = std::make_unique_for_overwrite<std::uint32_t[]>(cap);
-        std::fill_n(keys.get(), cap, empty);
-        std::swap(keys, keys_);
-        std::swap(rows, rows_);
-        const std::size_t old = capacity_;
-        capacity_ = cap;
-        size_ = 0;
-        for (std::size_t i = 0; i < old; ++i) {
-            if (keys[i] != empty) {
-                insert(keys[i], rows[i]);
-            }
-        }
-    }
-
-    std::unique_ptr<Key[]> keys_;
-    std::unique_ptr<std::uint32_t[]> rows_;
-    std::size_t capacity_ = 0;
-    std::size_t size_ = 0;
 };
 
 /// A table's rows: `width` values and the update rule's state per key.
@@ -358,45 +225,72 @@ public:
     }
 
     void apply(const wire::message& m) noexcept override {
-        const auto values = m.values().as<Value>();
-        const bool add = updater_->is_sum();
-        const std::size_t stride = width_ + state_width_;
+        const Value* values = m.values().as<Value>().data();
         const auto keys = key_seq<Key>::of(m);
         // The rows `reserve` just found for these keys (a sparse keyed push), so that the
         // keys are not looked up twice.
-        const bool known = !dense_ && !keys.runs && found_keys_ == keys.data.data() &&
-                           found_.size() == keys.data.size();
-        auto each = [&](auto&& f) {
-            if (known) {
-                for (std::size_t i = 0; i < found_.size(); ++i) {
-                    f(i, keys.data[i], found_[i], std::size_t{1});
-                }
-            } else {
-                for_each_block(keys, f);
+        if (!dense_ && !keys.runs && found_keys_ == keys.data.data() &&
+            found_.size() == keys.data.size()) {
+            for (std::size_t i = 0; i < found_.size(); ++i) {
+                update_rows(values + i * width_, found_[i], 1);
             }
-        };
-        each([&](std::size_t i, Key, std::uint32_t r, std::size_t n) {
-            const Value* g = values.data() + i * width_;
-            Value* row = rows_.row(r);
-            if (add && state_width_ == 0) {
-                // Rows of a block are contiguous: one loop over all their values.
-                for (std::size_t j = 0; j < n * width_; ++j) {
-                    row[j] += g[j];
-                }
-                return;
-            }
-            for (std::size_t q = 0; q < n; ++q, row += stride, g += width_) {
-                if (add) {
-                    for (std::size_t j = 0; j < width_; ++j) {
-                        row[j] += g[j];
-                    }
-                } else {
-                    update(row, g);
-                }
-            }
-        });
+        } else {
+            for_each_block(keys, [&](std::size_t i, Key, std::uint32_t r, std::size_t n) {
+                update_rows(values + i * width_, r, n);
+            });
+        }
         found_.clear();
         found_keys_ = nullptr;
+    }
+
+    std::error_code apply_shared(const wire::message& m) noexcept override {
+        const Value* values = m.values().as<Value>().data();
+        const auto keys = key_seq<Key>::of(m);
+        try {
+            std::vector<block> blocks;
+            {
+                std::shared_lock lock(sharing_->rows);
+                if (blocks_of(keys, blocks)) {
+                    by_stripe(blocks, [&](const block& b) {
+                        update_rows(values + b.at * width_, b.row, b.rows);
+                    });
+                    return {};
+                }
+            }
+            {
+                std::lock_guard lock(sharing_->rows);
+                if (dense_) {
+                    reserve_pages(keys);
+                } else {
+                    reserve_keys(keys);
+                }
+                found_.clear();
+            }
+            std::shared_lock lock(sharing_->rows);
+            blocks.clear();
+            blocks_of(keys, blocks);
+            by_stripe(blocks,
+                      [&](const block& b) { update_rows(values + b.at * width_, b.row, b.rows); });
+            return {};
+        } catch (const std::bad_alloc&) {
+            return errc::out_of_memory;
+        }
+    }
+
+    void read_shared(const wire::message& m, std::byte* out) const override {
+        Value* dst = reinterpret_cast<Value*>(out);
+        const auto keys = key_seq<Key>::of(m);
+        std::vector<block> blocks;
+        std::shared_lock lock(sharing_->rows);
+        for_each_block(keys, [&](std::size_t i, Key k, std::uint32_t r, std::size_t n) {
+            if (r == npos) {
+                read_rows(dst + i * width_, k, r, n); // initial values: no row to lock
+            } else {
+                blocks.push_back({i, r, n, k});
+            }
+        });
+        by_stripe(blocks,
+                  [&](const block& b) { read_rows(dst + b.at * width_, b.key, b.row, b.rows); });
     }
 
     void apply_clock(std::span<const wire::message* const> pushes, bool mean) noexcept override {
@@ -449,24 +343,9 @@ public:
 
     void read(const wire::message& m, std::byte* out) const override {
         Value* dst = reinterpret_cast<Value*>(out);
-        const std::size_t stride = width_ + state_width_;
         for_each_block(key_seq<Key>::of(m),
                        [&](std::size_t i, Key k, std::uint32_t r, std::size_t n) {
-                           Value* d = dst + i * width_;
-                           if (r == npos) {
-                               for (std::size_t q = 0; q < n; ++q) {
-                                   for (std::size_t j = 0; j < width_; ++j) {
-                                       *d++ = static_cast<Value>(init_.value(k + q, j));
-                                   }
-                               }
-                           } else if (state_width_ == 0) {
-                               std::memcpy(d, rows_.row(r), n * width_ * sizeof(Value));
-                           } else {
-                               const Value* row = rows_.row(r);
-                               for (std::size_t q = 0; q < n; ++q, row += stride, d += width_) {
-                                   std::memcpy(d, row, width_ * sizeof(Value));
-                               }
-                           }
+                           read_rows(dst + i * width_, k, r, n);
                        });
     }
 
@@ -594,6 +473,110 @@ public:
 
 private:
     static constexpr std::uint32_t npos = hash_index<Key>::npos;
+
+    /// Rows `row .. row + rows - 1`, for the keys from the `at`-th of a request (`key`).
+    struct block {
+        std::size_t at;
+        std::uint32_t row;
+        std::size_t rows;
+        Key key;
+    };
+
+    /// The locks of `apply_shared` and `read_shared`. Order: `rows` (shared to use rows,
+    /// exclusive to create them), then one stripe at a time.
+    struct sharing {
+        static constexpr std::size_t stripes = 256;
+        std::shared_mutex rows;
+        std::array<std::mutex, stripes> stripe;
+    };
+
+    /// A row's stripe: 64 consecutive rows share one (a block of a dense table lies
+    /// within one page of 64 rows, and pages start at multiples of 64).
+    static std::size_t stripe_of(std::uint32_t row) noexcept {
+        return (row / page_keys) % sharing::stripes;
+    }
+
+    /// The blocks of `keys`, or false at the first key not stored. Under `rows`.
+    bool blocks_of(const key_seq<Key>& keys, std::vector<block>& out) const {
+        bool stored = true;
+        out.reserve(keys.runs ? 16 : keys.data.size());
+        for_each_block(keys, [&](std::size_t i, Key k, std::uint32_t r, std::size_t n) {
+            stored = stored && r != npos;
+            if (stored) {
+                out.push_back({i, r, n, k});
+            }
+        });
+        return stored;
+    }
+
+    /// Calls `f(b)` for every block, a stripe at a time under its lock. The order is made
+    /// before any lock is taken (the only allocation). Under `rows`.
+    template <typename F>
+    void by_stripe(const std::vector<block>& blocks, F&& f) const {
+        std::array<std::uint32_t, sharing::stripes + 1> start{};
+        for (const auto& b : blocks) {
+            ++start[stripe_of(b.row) + 1];
+        }
+        for (std::size_t s = 0; s < sharing::stripes; ++s) {
+            start[s + 1] += start[s];
+        }
+        std::vector<std::uint32_t> order(blocks.size());
+        auto fill = start;
+        for (std::size_t i = 0; i < blocks.size(); ++i) {
+            order[fill[stripe_of(blocks[i].row)]++] = static_cast<std::uint32_t>(i);
+        }
+        for (std::size_t s = 0; s < sharing::stripes; ++s) {
+            if (start[s] == start[s + 1]) {
+                continue;
+            }
+            std::lock_guard lock(sharing_->stripe[s]);
+            for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
+                f(blocks[order[j]]);
+            }
+        }
+    }
+
+    /// Applies the pushed values `g` (`n` rows of `width` values) to rows `r .. r + n - 1`.
+    void update_rows(const Value* g, std::uint32_t r, std::size_t n) noexcept {
+        Value* row = rows_.row(r);
+        if (updater_->is_sum() && state_width_ == 0) {
+            // Rows of a block are contiguous: one loop over all their values.
+            for (std::size_t j = 0; j < n * width_; ++j) {
+                row[j] += g[j];
+            }
+            return;
+        }
+        const bool add = updater_->is_sum();
+        const std::size_t stride = width_ + state_width_;
+        for (std::size_t q = 0; q < n; ++q, row += stride, g += width_) {
+            if (add) {
+                for (std::size_t j = 0; j < width_; ++j) {
+                    row[j] += g[j];
+                }
+            } else {
+                update(row, g);
+            }
+        }
+    }
+
+    /// Writes the values of keys `k .. k + n - 1` (rows `r ..`, or none: `npos`) to `d`.
+    void read_rows(Value* d, Key k, std::uint32_t r, std::size_t n) const noexcept {
+        if (r == npos) {
+            for (std::size_t q = 0; q < n; ++q) {
+                for (std::size_t j = 0; j < width_; ++j) {
+                    *d++ = static_cast<Value>(init_.value(k + q, j));
+                }
+            }
+        } else if (state_width_ == 0) {
+            std::memcpy(d, rows_.row(r), n * width_ * sizeof(Value));
+        } else {
+            const std::size_t stride = width_ + state_width_;
+            const Value* row = rows_.row(r);
+            for (std::size_t q = 0; q < n; ++q, row += stride, d += width_) {
+                std::memcpy(d, row, width_ * sizeof(Value));
+            }
+        }
+    }
 
     [[nodiscard]] std::uint32_t find(Key k) const noexcept {
         if (dense_) {
@@ -775,6 +758,7 @@ private:
     const Key* found_keys_ = nullptr;  // ... and where its keys were
     std::vector<std::uint32_t> pages_; // dense: first row of each page, or npos
     std::vector<std::uint32_t> marks_; // scratch of apply_clock: row → sum slot + 1
+    std::unique_ptr<sharing> sharing_ = std::make_unique<sharing>();
 };
 
 /// The sparse table of the first releases, by its old name.
