@@ -35,6 +35,15 @@ public:
         }
     }
 
+    /// Asks the processor to load the home slot of `k` (a later `find` of it).
+    void prefetch(Key k) const noexcept {
+        if (capacity_ != 0) {
+            const std::size_t i = slot_of(k);
+            __builtin_prefetch(&keys_[i]);
+            __builtin_prefetch(&rows_[i]);
+        }
+    }
+
     /// Makes room for `more` keys beyond `size()`. @throws std::bad_alloc (as it was).
     void reserve_more(std::size_t more) {
         const std::size_t need = size_ + more;

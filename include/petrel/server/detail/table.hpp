@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -188,6 +189,7 @@ public:
                                             "within its key type");
             }
             pages_.assign((dense_->size() + page_keys - 1) / page_keys, npos);
+            stripe_shift_ = shift_for(pages_.size() - 1);
         }
     }
 
@@ -247,28 +249,28 @@ public:
         const Value* values = m.values().as<Value>().data();
         const auto keys = key_seq<Key>::of(m);
         try {
-            std::vector<block> blocks;
-            {
-                std::shared_lock lock(sharing_->rows);
-                if (blocks_of(keys, blocks)) {
-                    by_stripe(blocks, [&](const block& b) {
-                        update_rows(values + b.at * width_, b.row, b.rows);
-                    });
-                    return {};
-                }
-            }
-            {
-                std::lock_guard lock(sharing_->rows);
-                if (dense_) {
-                    reserve_pages(keys);
-                } else {
-                    reserve_keys(keys);
-                }
-                found_.clear();
-            }
             std::shared_lock lock(sharing_->rows);
-            blocks.clear();
-            blocks_of(keys, blocks);
+            if (!dense_ && !keys.runs) {
+                // A keyed push of a sparse table (the common case): each key's row once.
+                std::vector<std::uint32_t> rows(keys.data.size());
+                if (!rows_of_keys(keys.data, rows)) {
+                    lock.unlock();
+                    create_rows(keys);
+                    lock.lock();
+                    rows_of_keys(keys.data, rows);
+                }
+                by_stripe(keys.data,
+                          [&](std::size_t i) { update_rows(values + i * width_, rows[i], 1); });
+                return {};
+            }
+            std::vector<block> blocks;
+            if (!blocks_of(keys, blocks)) {
+                lock.unlock();
+                create_rows(keys);
+                lock.lock();
+                blocks.clear();
+                blocks_of(keys, blocks);
+            }
             by_stripe(blocks,
                       [&](const block& b) { update_rows(values + b.at * width_, b.row, b.rows); });
             return {};
@@ -280,13 +282,22 @@ public:
     void read_shared(const wire::message& m, std::byte* out) const override {
         Value* dst = reinterpret_cast<Value*>(out);
         const auto keys = key_seq<Key>::of(m);
-        std::vector<block> blocks;
         std::shared_lock lock(sharing_->rows);
+        if (!dense_ && !keys.runs) {
+            by_stripe(keys.data, [&](std::size_t i) {
+                if (i + ahead < keys.data.size()) {
+                    index_.prefetch(keys.data[i + ahead]);
+                }
+                read_rows(dst + i * width_, keys.data[i], index_.find(keys.data[i]), 1);
+            });
+            return;
+        }
+        std::vector<block> blocks;
         for_each_block(keys, [&](std::size_t i, Key k, std::uint32_t r, std::size_t n) {
             if (r == npos) {
                 read_rows(dst + i * width_, k, r, n); // initial values: no row to lock
             } else {
-                blocks.push_back({i, r, n, k});
+                blocks.push_back({k, r, static_cast<std::uint32_t>(n), i});
             }
         });
         by_stripe(blocks,
@@ -473,27 +484,45 @@ public:
 
 private:
     static constexpr std::uint32_t npos = hash_index<Key>::npos;
+    // How many keys ahead a walk over a request's keys prefetches their slots or rows.
+    static constexpr std::size_t ahead = 8;
 
-    /// Rows `row .. row + rows - 1`, for the keys from the `at`-th of a request (`key`).
+    /// Rows `row .. row + rows - 1`, of keys `key ..`: the `at`-th key of a request on.
     struct block {
-        std::size_t at;
-        std::uint32_t row;
-        std::size_t rows;
         Key key;
+        std::uint32_t row;
+        std::uint32_t rows;
+        std::size_t at;
     };
 
     /// The locks of `apply_shared` and `read_shared`. Order: `rows` (shared to use rows,
     /// exclusive to create them), then one stripe at a time.
     struct sharing {
         static constexpr std::size_t stripes = 256;
+        struct alignas(64) padded_mutex { // one cache line each: no false sharing
+            std::mutex mutex;
+        };
         std::shared_mutex rows;
-        std::array<std::mutex, stripes> stripe;
+        std::array<padded_mutex, stripes> stripe;
+        alignas(64) std::atomic<std::size_t> turn{0}; // where the next request starts
     };
 
-    /// A row's stripe: 64 consecutive rows share one (a block of a dense table lies
-    /// within one page of 64 rows, and pages start at multiples of 64).
-    static std::size_t stripe_of(std::uint32_t row) noexcept {
-        return (row / page_keys) % sharing::stripes;
+    /// A key's stripe: its place in the span of the keys stored (a dense table: of its
+    /// pages), so that ascending keys go through the stripes in order, each once, and a
+    /// page's keys share one (keys outside the span: the first or last stripe). The span
+    /// changes only while rows are created, with `rows` held exclusively.
+    [[nodiscard]] std::size_t stripe_of(Key k) const noexcept {
+        if (dense_) {
+            return static_cast<std::size_t>(((k - dense_->begin) / page_keys) >> stripe_shift_);
+        }
+        const std::uint64_t at = std::clamp<std::uint64_t>(k, low_key_, high_key_);
+        return static_cast<std::size_t>((at - low_key_) >> stripe_shift_);
+    }
+
+    /// The shift that maps a span of `n` + 1 values onto at most 256 stripes.
+    static unsigned shift_for(std::uint64_t n) noexcept {
+        const auto bits = static_cast<unsigned>(std::bit_width(n));
+        return bits > 8 ? bits - 8 : 0;
     }
 
     /// The blocks of `keys`, or false at the first key not stored. Under `rows`.
@@ -503,37 +532,104 @@ private:
         for_each_block(keys, [&](std::size_t i, Key k, std::uint32_t r, std::size_t n) {
             stored = stored && r != npos;
             if (stored) {
-                out.push_back({i, r, n, k});
+                out.push_back({k, r, static_cast<std::uint32_t>(n), i});
             }
         });
         return stored;
     }
 
-    /// Calls `f(b)` for every block, a stripe at a time under its lock. The order is made
-    /// before any lock is taken (the only allocation). Under `rows`.
+    /// The row of each key of `keys` (a sparse table), or false at the first key not
+    /// stored. Under `rows`.
+    bool rows_of_keys(std::span<const Key> keys, std::vector<std::uint32_t>& out) const noexcept {
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            if (i + ahead < keys.size()) {
+                index_.prefetch(keys[i + ahead]);
+            }
+            out[i] = index_.find(keys[i]);
+            if (out[i] == npos) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /// Creates the rows of `keys` not stored yet, with `rows` held exclusively.
+    void create_rows(const key_seq<Key>& keys) {
+        std::lock_guard lock(sharing_->rows);
+        if (dense_) {
+            reserve_pages(keys);
+        } else {
+            reserve_keys(keys);
+        }
+        found_.clear();
+    }
+
+    /// Calls `f(i)` for the index of every key of `keys` (ascending, stored), a stripe at
+    /// a time under its lock. Under `rows`.
+    template <typename F>
+    void by_stripe(std::span<const Key> keys, F&& f) const {
+        const std::size_t first =
+            sharing_->turn.fetch_add(1, std::memory_order_relaxed) * 101 % sharing::stripes;
+        const std::size_t split = static_cast<std::size_t>(
+            std::partition_point(keys.begin(), keys.end(),
+                                 [&](Key k) { return stripe_of(k) < first; }) -
+            keys.begin());
+        walk_stripes(
+            split, keys.size(), [&](std::size_t i) { return stripe_of(keys[i]); }, f);
+    }
+
+    /// Calls `f(i)` for `i` in [`split`, `n`) and then [0, `split`), each run of equal
+    /// `stripe(i)` under that stripe's lock. A stripe another thread holds is skipped and
+    /// done at the end, so that threads do not queue behind each other stripe by stripe.
+    template <typename Stripe, typename F>
+    void walk_stripes(std::size_t split, std::size_t n, Stripe&& stripe, F&& f) const {
+        std::array<std::pair<std::size_t, std::size_t>, sharing::stripes + 1> later;
+        std::size_t deferred = 0;
+        auto walk = [&](std::size_t from, std::size_t to) {
+            while (from != to) {
+                const std::size_t s = stripe(from);
+                std::size_t end = from;
+                while (end != to && stripe(end) == s) {
+                    ++end;
+                }
+                std::unique_lock lock(sharing_->stripe[s].mutex, std::try_to_lock);
+                if (lock.owns_lock() || deferred == later.size()) {
+                    if (!lock.owns_lock()) {
+                        lock.lock();
+                    }
+                    for (; from != end; ++from) {
+                        f(from);
+                    }
+                } else {
+                    later[deferred++] = {from, end};
+                    from = end;
+                }
+            }
+        };
+        walk(split, n);
+        walk(0, split);
+        for (std::size_t d = 0; d < deferred; ++d) {
+            std::lock_guard lock(sharing_->stripe[stripe(later[d].first)].mutex);
+            for (std::size_t i = later[d].first; i != later[d].second; ++i) {
+                f(i);
+            }
+        }
+    }
+
+    /// Calls `f(b)` for every block (ascending keys), a stripe at a time under its lock.
+    /// Under `rows`.
     template <typename F>
     void by_stripe(const std::vector<block>& blocks, F&& f) const {
-        std::array<std::uint32_t, sharing::stripes + 1> start{};
-        for (const auto& b : blocks) {
-            ++start[stripe_of(b.row) + 1];
-        }
-        for (std::size_t s = 0; s < sharing::stripes; ++s) {
-            start[s + 1] += start[s];
-        }
-        std::vector<std::uint32_t> order(blocks.size());
-        auto fill = start;
-        for (std::size_t i = 0; i < blocks.size(); ++i) {
-            order[fill[stripe_of(blocks[i].row)]++] = static_cast<std::uint32_t>(i);
-        }
-        for (std::size_t s = 0; s < sharing::stripes; ++s) {
-            if (start[s] == start[s + 1]) {
-                continue;
-            }
-            std::lock_guard lock(sharing_->stripe[s]);
-            for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
-                f(blocks[order[j]]);
-            }
-        }
+        // Concurrent requests start at different stripes (and wrap around), so that they
+        // do not queue for the same locks one after the other.
+        const std::size_t first =
+            sharing_->turn.fetch_add(1, std::memory_order_relaxed) * 101 % sharing::stripes;
+        const auto split = std::partition_point(
+            blocks.begin(), blocks.end(), [&](const block& b) { return stripe_of(b.key) < first; });
+        walk_stripes(
+            static_cast<std::size_t>(split - blocks.begin()), blocks.size(),
+            [&](std::size_t i) { return stripe_of(blocks[i].key); },
+            [&](std::size_t i) { f(blocks[i]); });
     }
 
     /// Applies the pushed values `g` (`n` rows of `width` values) to rows `r .. r + n - 1`.
@@ -634,6 +730,11 @@ private:
         check_room(fresh.size());
         rows_.reserve_more(fresh.size());
         index_.reserve_more(fresh.size());
+        const auto [lo, hi] = std::minmax_element(fresh.begin(), fresh.end());
+        const std::uint64_t low = index_.size() == 0 ? *lo : std::min<std::uint64_t>(low_key_, *lo);
+        high_key_ = index_.size() == 0 ? *hi : std::max<std::uint64_t>(high_key_, *hi);
+        low_key_ = low;
+        stripe_shift_ = shift_for(high_key_ - low_key_);
         std::size_t next = 0;
         for (Key k : fresh) {
             const auto r = static_cast<std::uint32_t>(rows_.add());
@@ -759,6 +860,9 @@ private:
     std::vector<std::uint32_t> pages_; // dense: first row of each page, or npos
     std::vector<std::uint32_t> marks_; // scratch of apply_clock: row → sum slot + 1
     std::unique_ptr<sharing> sharing_ = std::make_unique<sharing>();
+    std::uint64_t low_key_ = 0;  // sparse: the smallest and largest key stored
+    std::uint64_t high_key_ = 0; //
+    unsigned stripe_shift_ = 0;  // see stripe_of
 };
 
 /// The sparse table of the first releases, by its old name.
