@@ -481,6 +481,74 @@ TEST_CASE("server_node: several connections share the tables", "[server]") {
     REQUIRE(done.wait_for(timeout) == std::future_status::ready);
 }
 
+TEST_CASE("server_node: pushes and pulls of many workers served on several threads at once "
+          "apply every update once",
+          "[server]") {
+    // Every worker pushes ones to the same keys (and to keys of its own) and pulls them
+    // back, each from its own thread and connection, on a server with four I/O threads:
+    // the pushes are applied, and the pulls read, while others are applied.
+    constexpr int workers = 4;
+    constexpr int rounds = 40;
+    io_threads io{4};
+    petrel::server_node server(petrel::tcp_transport(io.executor()), {.workers = workers});
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {server.listen("127.0.0.1:0")};
+    o.width = 8;
+    std::vector<std::unique_ptr<petrel::kv_store<std::uint64_t, float, petrel::eventual>>> stores;
+    for (int w = 0; w < workers; ++w) {
+        stores.push_back(std::make_unique<petrel::kv_store<std::uint64_t, float, petrel::eventual>>(
+            petrel::tcp_transport(io.executor()), o));
+    }
+    std::vector<std::uint64_t> common(3000);
+    for (std::size_t i = 0; i < common.size(); ++i) {
+        common[i] = i * 7919;
+    }
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+        threads.emplace_back([&, w] {
+            auto& kv = *stores[static_cast<std::size_t>(w)];
+            std::vector<std::uint64_t> own(500);
+            for (std::size_t i = 0; i < own.size(); ++i) {
+                own[i] = (std::uint64_t{1} << 40) + static_cast<std::uint64_t>(w) * 100000 + i;
+            }
+            const xt::xtensor<float, 2> ones = xt::ones<float>({common.size(), std::size_t{8}});
+            const xt::xtensor<float, 2> mine = xt::ones<float>({own.size(), std::size_t{8}});
+            try {
+                for (int r = 0; r < rounds; ++r) {
+                    kv.push(common, ones, asio::use_future).get();
+                    kv.push(own, mine, asio::use_future).get();
+                    const auto got = kv.pull(common, asio::use_future).get();
+                    for (std::size_t i = 0; i < got.value_span().size(); ++i) {
+                        // Each row whole: the eight values of a key move together.
+                        if (got.value_span().data()[i] != got.value_span().data()[i - i % 8]) {
+                            ++failures;
+                        }
+                    }
+                }
+                const auto got = kv.pull(own, asio::use_future).get();
+                for (std::size_t i = 0; i < got.value_span().size(); ++i) {
+                    if (got.value_span().data()[i] != static_cast<float>(rounds)) {
+                        ++failures;
+                    }
+                }
+            } catch (const std::exception&) {
+                ++failures;
+            }
+        });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    CHECK(failures == 0);
+    const auto all = stores[0]->pull(common, asio::use_future).get();
+    REQUIRE(all.value_span().size() == common.size() * 8);
+    for (std::size_t i = 0; i < all.value_span().size(); ++i) {
+        REQUIRE(all.value_span().data()[i] == static_cast<float>(workers * rounds));
+    }
+    CHECK(server.key_count(0) == common.size() + workers * 500);
+}
+
 // ---------------------------------------------------------------------------------------
 // Checkpoints: restore checks everything before it replaces anything.
 // ---------------------------------------------------------------------------------------

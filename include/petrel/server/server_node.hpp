@@ -38,6 +38,7 @@
 #include <new>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -111,10 +112,16 @@ inline constexpr std::size_t max_clock_ranges = 4096;
 ///
 /// @par Thread Safety
 /// All member functions may be called from any thread. Requests from many connections
-/// are read on the executor's threads, but decided and applied one at a time under the
-/// server's lock; replies are compressed and sent after it is released, and checkpoint
-/// shards are written by the `checkpoint_writer` on its own thread (lock order: the
-/// server's lock, then nothing; the writer's locks are taken alone).
+/// are read on the executor's threads and decided one at a time under the server's lock.
+/// A worker's unordered push (`eventual`, `bounded_delay`) that goes to no other server
+/// and a pull whose clocks are complete are then applied or read on those threads at the
+/// same time, the lock released and the tables' storage shared (each table locks its rows
+/// by stripe), so update rules may run on several threads at once, for different keys;
+/// everything else (ordered pushes and their clocks, replication, hand-overs, calls) is
+/// applied under the lock with the storage held exclusively. Replies are compressed and sent after
+/// both are released, and checkpoint shards are written by the `checkpoint_writer` on its own
+/// thread. Lock order: the server's lock, then the storage, then a table's rows, then one stripe;
+/// the writer's locks are taken alone.
 class server_node {
 public:
     explicit server_node(any_transport transport, server_options opts = {})
@@ -137,7 +144,7 @@ public:
     /// Stops serving and closes every connection.
     ~server_node() {
         close();
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         state_->links.clear(); // the links hold callbacks that hold the state
     }
 
@@ -163,7 +170,7 @@ public:
     void close() {
         std::vector<std::shared_ptr<detail::request_link>> links;
         {
-            std::lock_guard lock(state_->mutex);
+            locked lock(*state_);
             for (auto& [id, l] : state_->links) {
                 links.push_back(l);
             }
@@ -186,7 +193,7 @@ public:
         std::vector<std::shared_ptr<detail::request_link>> gone;
         outbox out;
         {
-            std::lock_guard lock(state_->mutex);
+            locked lock(*state_);
             if (plan.version <= state_->plan.version && state_->plan.version != 0) {
                 return;
             }
@@ -260,7 +267,7 @@ public:
     /// changed) has been acknowledged to its end: its replicas hold its keys whole, so it
     /// may hand them over and leave (`member::async_retire`).
     [[nodiscard]] bool chain_whole() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         return state_->copying == 0 && !state_->copy_failed;
     }
 
@@ -269,7 +276,7 @@ public:
     /// take them over: `member::async_ready`); 0 while a copy is still on its way, or
     /// when no partition moves to it.
     [[nodiscard]] std::uint64_t join_ready() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         const auto& l = state_->learning;
         const bool all = !l.empty() && std::all_of(l.begin(), l.end(),
                                                    [](const auto& e) { return e.second.done; });
@@ -282,7 +289,7 @@ public:
     /// owner and the owner acknowledged the copy whole (report it: `member::async_ready`);
     /// 0 while a copy is on its way, or when no partition moves away from it.
     [[nodiscard]] std::uint64_t hand_over_ready() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         const auto& st = *state_;
         // (An update that did not arrive is copied again before the hand-over.)
         const bool all = !st.teaching.empty() &&
@@ -294,21 +301,21 @@ public:
     /// Whether this server sent the end of its ownership (the hand-over) to a server
     /// that took partitions over from it, and that server has not acknowledged it yet.
     [[nodiscard]] bool handing_over() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         return !state_->handing_to.empty();
     }
 
     /// Whether this server waits for the hand-over of partitions it took over from a
     /// primary that taught it them (it holds workers' requests until then).
     [[nodiscard]] bool awaiting_hand_over() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         return !state_->awaiting_handover.empty();
     }
 
     /// The version of the replication plan this server follows (the job's view it last
     /// took; 0 before the first).
     [[nodiscard]] std::uint64_t plan_version() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         return state_->plan.version;
     }
 
@@ -318,7 +325,7 @@ public:
     /// replicas (its partitions are then copied to their new owners: `retire_server`).
     /// Otherwise why not.
     [[nodiscard]] std::string hand_over_blocker() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         const auto& st = *state_;
         if (st.copying != 0) {
             return "its copy down its chain is not acknowledged yet";
@@ -344,14 +351,14 @@ public:
     /// of them (more servers failed at once than the tables have replicas): it then
     /// refuses workers' requests with `errc::data_lost` rather than serve a wrong model.
     [[nodiscard]] std::string data_lost() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         return state_->lost;
     }
 
     /// The newest clock whose combined update this server applied as a replica of some
     /// primary, plus one (0 when none): how far the replicated clocks of a table got.
     [[nodiscard]] std::uint64_t replicated_clock(std::uint32_t table_id) const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         auto it = state_->tables.find(table_id);
         if (it == state_->tables.end()) {
             return 0;
@@ -367,7 +374,7 @@ public:
     /// ascending: the rows a checkpoint of the server would write. Empty (rows 0) for a
     /// table it does not hold. @throws std::bad_alloc
     [[nodiscard]] shard_table rows(std::uint32_t table_id) const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         auto it = state_->tables.find(table_id);
         if (it == state_->tables.end() || !it->second.table) {
             shard_table t;
@@ -382,7 +389,7 @@ public:
     void depart_worker(std::uint32_t worker) {
         outbox out;
         {
-            std::lock_guard lock(state_->mutex);
+            locked lock(*state_);
             state_->depart(worker, nullptr, out);
         }
         state_->send(out);
@@ -395,26 +402,26 @@ public:
     /// departed (they left before this server learned of them); a worker already known,
     /// or an index of 2^20 or more, changes nothing.
     void admit_worker(std::uint32_t worker) {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         state_->admit(worker);
     }
 
     /// The workers whose requests this server serves: indices 0 .. workers() - 1.
     [[nodiscard]] std::uint32_t workers() const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         return state_->opts.workers;
     }
 
     /// Keys stored in a table (0 for a table that does not exist).
     [[nodiscard]] std::size_t key_count(std::uint32_t table_id) const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         auto it = state_->tables.find(table_id);
         return it == state_->tables.end() || !it->second.table ? 0 : it->second.table->size();
     }
 
     /// The clocks of a table over the whole key space (empty for a table never named).
     [[nodiscard]] std::vector<clock_entry> clocks(std::uint32_t table_id) const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         auto it = state_->tables.find(table_id);
         if (it == state_->tables.end()) {
             return {};
@@ -425,7 +432,7 @@ public:
     /// The reads (pulls and calls) of a table parked until slower workers' clocks allow
     /// them; at most `server_options::max_parked`.
     [[nodiscard]] std::size_t parked(std::uint32_t table_id) const {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         auto it = state_->tables.find(table_id);
         return it == state_->tables.end()
                    ? 0
@@ -435,7 +442,7 @@ public:
     /// Sets the id written as the sender of replies and naming this server's checkpoint
     /// shards (a job's server learns its id when it joins).
     void set_node_id(std::uint32_t id) {
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         state_->opts.node_id = id;
     }
 
@@ -455,7 +462,7 @@ public:
                  std::uint64_t max_shard_bytes = std::uint64_t{1} << 40) {
         auto loaded =
             detail::load_checkpoint(dir, state_->opts.tables.get(), owns, max_shard_bytes);
-        std::lock_guard lock(state_->mutex);
+        locked lock(*state_);
         std::vector<table_slot*> slots; // every slot first, so that none is replaced on error
         for (auto& [id, t] : loaded) {
             std::error_code ec;
@@ -528,6 +535,16 @@ private:
     };
     using outbox = std::vector<outgoing>;
 
+    /// A worker's unordered push to apply, or a pull to read, once the server's lock is
+    /// released (with the storage shared): decided, and its reply made, under the lock.
+    struct shared_work {
+        detail::table_base* table = nullptr;
+        wire::message request;
+        std::byte* target = nullptr; // a pull's values, in its reply
+        std::size_t reply = 0;       // the reply's place in the outbox
+        std::uint32_t primary = 0;   // a push: the primary whose update id it remembered
+    };
+
     struct state {
         server_options opts;
         std::weak_ptr<state> self; // for callbacks that may outlive the server
@@ -537,7 +554,14 @@ private:
         asio::any_io_executor executor; // for completions that must not run under the lock
         wire::wire_limits limits;
         logger log;
+        // Lock order: `mutex`, then `storage`. `mutex` guards this state, but for the rows
+        // of the tables, which `storage` guards: held exclusively by whoever holds `mutex`
+        // and touches a table (`locked`), and shared by the pushes and pulls that `handle`
+        // decides under `mutex` and applies or reads after releasing it (`shared_work`;
+        // the tables then lock rows by stripe). Nothing takes `mutex` while it holds
+        // `storage` alone.
         mutable std::mutex mutex;
+        mutable std::shared_mutex storage;
         std::map<std::uint32_t, table_slot> tables;
         std::vector<waiting> held_back; // requests sent under a newer view than ours
         bool resync_timer = false;      // reads wait for resync ticks (see table_slot)
@@ -621,6 +645,12 @@ private:
                 applied_order.pop_front();
             }
         }
+        /// Forgets update `id` of `primary` again: its push was not applied after all.
+        void forget_update(std::uint64_t id, std::uint32_t primary) {
+            if (id != 0) {
+                applied_ids.erase(update_key(id, primary)); // (its place in the window stays)
+            }
+        }
         std::vector<bool> departed_all; // workers gone from every table, also future ones
 
         /// A reply's status: Petrel's own error codes travel as they are, any other as
@@ -669,51 +699,29 @@ private:
         void handle(const connection_ptr& c, wire::message&& m) {
             outbox out;
             bool refused = false;
+            std::optional<shared_work> work;
+            std::shared_lock<std::shared_mutex> shared_rows; // while `work` runs
             {
-                std::lock_guard lock(mutex);
-                switch (m.header.kind) {
-                case wire::message_kind::push:
-                    if ((m.header.flags & wire::flag_replica) != 0 && plan.version != 0 &&
-                        m.header.key_list_id != plan.secret) {
-                        out.emplace_back(c, refusal(m.header, wire::message_kind::push_reply,
-                                                    errc::not_permitted));
-                    } else if (waits(m.header) || holds_back(c)) {
-                        hold_back(c, std::move(m), out);
+                std::lock_guard server(mutex);
+                if (shares(c, m.header)) {
+                    shared_rows = std::shared_lock(storage);
+                    if (m.header.kind == wire::message_kind::push) {
+                        on_push(c, std::move(m), out, &work);
                     } else {
-                        on_push(c, std::move(m), out);
+                        on_read(c, std::move(m), out, &work);
                     }
-                    break;
-                case wire::message_kind::pull:
-                    if (waits(m.header) || holds_back(c)) {
-                        hold_back(c, std::move(m), out);
-                    } else {
-                        on_read(c, std::move(m), out);
-                    }
-                    break;
-                case wire::message_kind::call:
-                    if (waits(m.header) || holds_back(c)) {
-                        hold_back(c, std::move(m), out);
-                    } else {
-                        on_read(c, std::move(m), out);
-                    }
-                    break;
-                case wire::message_kind::clock:
-                    if ((m.header.flags & wire::flag_resent) != 0 &&
-                        (waits(m.header) || holds_back(c))) {
-                        hold_back(c, std::move(m), out); // after the pushes it follows
-                    } else {
-                        on_clock(c, m, out);
-                    }
-                    break;
-                case wire::message_kind::push_reply:
-                case wire::message_kind::pull_reply:
-                case wire::message_kind::control:
-                case wire::message_kind::control_reply:
-                case wire::message_kind::clock_reply:
-                case wire::message_kind::call_reply:
-                    refused = true;
-                    break;
+                } else {
+                    std::lock_guard rows(storage);
+                    refused = decide(c, std::move(m), out);
                 }
+            }
+            const bool failed = work && !run(*work, out);
+            if (shared_rows.owns_lock()) {
+                shared_rows.unlock();
+            }
+            if (failed) {
+                std::lock_guard server(mutex);
+                forget_update(work->request.header.update_id, work->primary);
             }
             send(out);
             if (refused) {
@@ -724,6 +732,94 @@ private:
                 }
                 c->close();
             }
+        }
+
+        /// Whether request `h` from `c` is decided with the storage shared and then applied
+        /// or read with no lock of the server held: a worker's unordered push, or pull, of
+        /// a table that exists, that waits for nothing, and (a push) that goes to no other
+        /// server (no chain to forward it down, no joining server to teach it to), so
+        /// that the order in which pushes reach the rows matters to no copy.
+        bool shares(const connection_ptr& c, const wire::message_header& h) const {
+            const bool push = h.kind == wire::message_kind::push;
+            if ((!push && h.kind != wire::message_kind::pull) ||
+                (h.flags & (wire::flag_replica | wire::flag_ordered)) != 0 || waits(h) ||
+                holds_back(c)) {
+                return false;
+            }
+            const auto it = tables.find(h.table_id);
+            if (it == tables.end() || !it->second.table) {
+                return false;
+            }
+            std::error_code ec;
+            return !push || (teaching.empty() &&
+                             next_hop(opts.node_id, it->second.replicas, ec) == nullptr && !ec);
+        }
+
+        /// Applies or reads `w` (the storage shared, no other lock held), and completes its
+        /// reply in `out`; false when it could not (no memory: nothing applied, the reply
+        /// says so).
+        static bool run(shared_work& w, outbox& out) noexcept {
+            std::error_code ec;
+            if (w.target) {
+                try {
+                    w.table->read_shared(w.request, w.target);
+                } catch (const std::bad_alloc&) {
+                    ec = errc::out_of_memory;
+                }
+            } else {
+                ec = w.table->apply_shared(w.request);
+            }
+            if (!ec) {
+                return true;
+            }
+            auto& reply = out[w.reply].message;
+            reply.header.status = status_of(ec);
+            reply.header.clocks.clear();
+            reply.header.key_count = 0;
+            reply.set_segment(wire::values_segment, {});
+            return w.target != nullptr; // a pull remembered nothing
+        }
+
+        /// Decides request `m` under the lock, the storage held exclusively; true when `c`
+        /// sent what a server does not take.
+        bool decide(const connection_ptr& c, wire::message&& m, outbox& out) {
+            switch (m.header.kind) {
+            case wire::message_kind::push:
+                if ((m.header.flags & wire::flag_replica) != 0 && plan.version != 0 &&
+                    m.header.key_list_id != plan.secret) {
+                    out.emplace_back(
+                        c, refusal(m.header, wire::message_kind::push_reply, errc::not_permitted));
+                } else if (waits(m.header) || holds_back(c)) {
+                    hold_back(c, std::move(m), out);
+                } else {
+                    on_push(c, std::move(m), out);
+                }
+                return false;
+            case wire::message_kind::pull:
+            case wire::message_kind::call:
+                if (waits(m.header) || holds_back(c)) {
+                    hold_back(c, std::move(m), out);
+                } else {
+                    on_read(c, std::move(m), out);
+                }
+                return false;
+            case wire::message_kind::clock:
+                if ((m.header.flags & wire::flag_resent) != 0 &&
+                    (waits(m.header) || holds_back(c))) {
+                    hold_back(c, std::move(m), out); // after the pushes it follows
+                } else {
+                    on_clock(c, m, out);
+                }
+                return false;
+            case wire::message_kind::push_reply:
+            case wire::message_kind::pull_reply:
+            case wire::message_kind::control:
+            case wire::message_kind::control_reply:
+            case wire::message_kind::clock_reply:
+            case wire::message_kind::call_reply:
+                break;
+            }
+            return true;
         }
 
         /// Whether request `h` was sent under a newer view than this server's plan: it
@@ -810,7 +906,7 @@ private:
         /// A connection closed: the reads it parked need no answer. Its held pushes were
         /// acknowledged and stay.
         void forget(const connection_ptr& c) {
-            std::lock_guard lock(mutex);
+            locked lock(*this);
             std::erase_if(held_back, [&](const waiting& w) {
                 if (w.conn != c) {
                     return false;
@@ -1118,7 +1214,7 @@ private:
         std::function<void(std::error_code)> taught(std::uint32_t to) {
             return [weak = self, to](std::error_code ec) {
                 if (auto st = ec ? weak.lock() : nullptr) {
-                    std::lock_guard lock(st->mutex);
+                    locked lock(*st);
                     st->teach_failed.insert(to);
                 }
             };
@@ -1167,7 +1263,7 @@ private:
                         if (!st) {
                             return;
                         }
-                        std::lock_guard lock(st->mutex);
+                        locked lock(*st);
                         const auto it = st->teaching.find(to);
                         if (it == st->teaching.end() || it->second != parts) {
                             return; // another plan moves other partitions to it
@@ -1198,7 +1294,7 @@ private:
                         if (!st) {
                             return;
                         }
-                        std::lock_guard lock(st->mutex);
+                        locked lock(*st);
                         if (!ec || attempts == 0) {
                             st->handing_to.erase(to);
                         }
@@ -1337,7 +1433,10 @@ private:
                 });
         }
 
-        void on_push(const connection_ptr& c, wire::message&& m, outbox& out) {
+        /// A push: applied here, or (with `work`: `shares` said so) decided here and
+        /// applied by the caller after the lock.
+        void on_push(const connection_ptr& c, wire::message&& m, outbox& out,
+                     std::optional<shared_work>* work = nullptr) {
             const auto h = m.header;
             const bool replica = (h.flags & wire::flag_replica) != 0;
             const bool ordered = !replica && (h.flags & wire::flag_ordered) != 0;
@@ -1395,7 +1494,10 @@ private:
             }
             const replication_plan::peer* next =
                 ec || ordered || learner ? nullptr : next_hop(origin, s->replicas, ec);
-            if (!ec) {
+            if (!ec && work) {
+                ec = s->table->check(h); // its rows are created when it is applied
+                ec = ec ? ec : s->table->check_keys(m);
+            } else if (!ec) {
                 ec = transfer ? load_rows(*s, m) : accept(*s, m);
             }
             if (ec) {
@@ -1411,7 +1513,9 @@ private:
                     release(*s, out); // already complete: the others have moved on
                 }
             } else if (!transfer) {
-                s->table->apply(m);
+                if (!work) {
+                    s->table->apply(m);
+                }
                 s->applied_limit = std::max(s->applied_limit, h.clock + 1);
             }
             if (transfer) {
@@ -1453,7 +1557,7 @@ private:
                             }
                             bool stale = ec == errc::stale_view;
                             if (auto st = weak.lock(); st && ec) {
-                                std::lock_guard lock(st->mutex);
+                                locked lock(*st);
                                 if (stale) {
                                     // The chain moved on without this server: it takes no
                                     // more writes until a newer view reaches it.
@@ -1473,6 +1577,12 @@ private:
                             c->send(std::move(*reply));
                         });
                 return;
+            }
+            if (work) {
+                *work = shared_work{.table = s->table.get(),
+                                    .request = std::move(m),
+                                    .reply = out.size(),
+                                    .primary = primary_of_update(h)};
             }
             out.emplace_back(c, std::move(reply));
         }
@@ -1902,7 +2012,7 @@ private:
                 forward(chain[1], self, std::move(end),
                         [weak = this->self, covered = std::move(covered)](std::error_code ec) {
                             if (auto st = weak.lock()) {
-                                std::lock_guard lock(st->mutex);
+                                locked lock(*st);
                                 --st->copying;
                                 st->copy_failed = st->copy_failed || ec;
                                 for (const auto& [id, clocks] : covered) {
@@ -2076,7 +2186,7 @@ private:
         static void acknowledge(const std::weak_ptr<state>& weak, std::uint32_t table,
                                 std::uint64_t clock) {
             if (auto st = weak.lock()) {
-                std::lock_guard lock(st->mutex);
+                locked lock(*st);
                 if (auto it = st->tables.find(table); it != st->tables.end()) {
                     auto& q = it->second.unacked;
                     if (auto at = std::find(q.begin(), q.end(), clock); at != q.end()) {
@@ -2109,7 +2219,10 @@ private:
             return {};
         }
 
-        void on_read(const connection_ptr& c, wire::message&& m, outbox& out) {
+        /// A pull or call: answered (or parked until its clocks complete); with `work`
+        /// (`shares` said so) a pull's rows are read by the caller after the lock.
+        void on_read(const connection_ptr& c, wire::message&& m, outbox& out,
+                     std::optional<shared_work>* work = nullptr) {
             const auto& h = m.header;
             const auto reply_kind = h.kind == wire::message_kind::pull
                                         ? wire::message_kind::pull_reply
@@ -2151,7 +2264,14 @@ private:
                 return;
             }
             if (s->gate.readable(range_of(h), h.clock)) {
-                out.push_back(answer(*s, c, m));
+                std::byte* target = nullptr;
+                out.push_back(answer(*s, c, m, work ? &target : nullptr));
+                if (target) {
+                    *work = shared_work{.table = s->table.get(),
+                                        .request = std::move(m),
+                                        .target = target,
+                                        .reply = out.size() - 1};
+                }
             } else {
                 const auto r = range_of(h);
                 const auto required = h.clock;
@@ -2238,7 +2358,7 @@ private:
         void resync_overdue() {
             outbox out;
             {
-                std::lock_guard lock(mutex);
+                locked lock(*this);
                 resync_timer = false;
                 const auto now = std::chrono::steady_clock::now();
                 std::chrono::steady_clock::duration next = opts.replication_timeout;
@@ -2332,13 +2452,15 @@ private:
         }
 
         /// The reply to a pull or call whose clocks are satisfied, for connection `c`.
-        outgoing answer(table_slot& s, const connection_ptr& c, const wire::message& m) {
+        /// With `target`, a pull's rows are not read: `*target` says where they go.
+        outgoing answer(table_slot& s, const connection_ptr& c, const wire::message& m,
+                        std::byte** target = nullptr) {
             const auto& h = m.header;
             if (h.kind == wire::message_kind::call) {
                 return call(s, c, m);
             }
             auto reply = reply_to(h, wire::message_kind::pull_reply);
-            if (auto ec = pull(s, m, reply)) {
+            if (auto ec = pull(s, m, reply, target)) {
                 return {c, refusal(h, wire::message_kind::pull_reply, ec)};
             }
             reply.header.key_count = h.key_count;
@@ -2347,7 +2469,8 @@ private:
             return {c, std::move(reply)};
         }
 
-        std::error_code pull(table_slot& s, const wire::message& m, wire::message& reply) {
+        std::error_code pull(table_slot& s, const wire::message& m, wire::message& reply,
+                             std::byte** target = nullptr) {
             const auto& h = m.header;
             // The header passed wire validation, so this product does not overflow.
             const std::uint64_t bytes = h.key_count * h.width * wire::size_of(h.value_type);
@@ -2366,6 +2489,8 @@ private:
             pooled_buffer out = pool->acquire(bytes);
             if (!s.table) {
                 std::memset(out.data(), 0, bytes);
+            } else if (target) {
+                *target = out.data(); // read after the lock
             } else {
                 s.table->read(m, out.data());
             }
@@ -2511,6 +2636,13 @@ private:
             }
             return o;
         }
+    };
+
+    /// The server's lock, then its storage exclusively: every table to itself.
+    struct locked {
+        explicit locked(const state& s) : server(s.mutex), rows(s.storage) {}
+        std::lock_guard<std::mutex> server;
+        std::lock_guard<std::shared_mutex> rows;
     };
 
     any_transport transport_;

@@ -23,8 +23,10 @@ namespace petrel {
 /// new key unless the type has `init_state(state)`).
 ///
 /// A type opts in by having these members; `name` (a `std::string_view` constant) is
-/// optional and is written into checkpoints. Update rules are called under the server's
-/// lock, one key at a time, and must not throw.
+/// optional and is written into checkpoints. Update rules are called one key at a time,
+/// never twice at once for one key, but (unordered pushes: `eventual`, `bounded_delay`)
+/// on several threads at
+/// once for different keys: `update` must not change shared state, and must not throw.
 ///
 /// @par Example
 /// @code
