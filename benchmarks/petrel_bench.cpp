@@ -5,8 +5,10 @@
 //   petrel_bench --case NAME     the cases whose name contains NAME (repeatable)
 //   petrel_bench --quick         few iterations (a smoke run)
 //   petrel_bench --list          case names
-//   (petrel_bench --recovery-server ROOT: a server process the recovery case kills)
+//   (petrel_bench --recovery-server ROOT: a server process the recovery case kills;
+//    petrel_bench --threads-server T FILE: the server process of the server_threads cases)
 #include <petrel/petrel.hpp>
+#include <petrel/server/detail/table.hpp>
 
 #include "bench_stats.hpp"
 #include "raw_asio_baseline.hpp"
@@ -27,7 +29,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -794,6 +798,319 @@ void scaling_case(const settings& st, std::size_t n, double& base, double raw_me
     line.print();
 }
 
+// ---------------------------------------------------------------------------------------
+// Server threads: one server's push+pull rate with T I/O threads, over the network from
+// another process, and its tables alone (already decoded pushes, no network).
+// ---------------------------------------------------------------------------------------
+
+std::string self_path();
+
+/// 1, 2, 4, ... up to the machine's hardware threads (at most 16), and that count.
+std::vector<std::size_t> thread_counts() {
+    const std::size_t cores = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 16);
+    std::vector<std::size_t> out;
+    for (std::size_t t = 1; t < cores; t *= 2) {
+        out.push_back(t);
+    }
+    out.push_back(cores);
+    return out;
+}
+
+/// The server process of the server_threads cases: one server whose I/O runs on
+/// `threads` threads, listening on loopback; its address is written to `file`. It serves
+/// until it is killed (or for at most ten minutes).
+int threads_server(std::size_t threads, const std::string& file) {
+    asio::io_context io;
+    auto work = asio::make_work_guard(io);
+    petrel::transport_options quiet;
+    quiet.log = nullptr;
+    petrel::server_node server(petrel::tcp_transport(io.get_executor(), quiet));
+    const std::string address = server.listen("127.0.0.1:0");
+    std::vector<std::thread> pool;
+    for (std::size_t i = 0; i < threads; ++i) {
+        pool.emplace_back([&io] { io.run(); });
+    }
+    {
+        FILE* f = std::fopen((file + ".tmp").c_str(), "w");
+        if (f == nullptr || std::fputs(address.c_str(), f) < 0 || std::fclose(f) != 0) {
+            return 1;
+        }
+        std::rename((file + ".tmp").c_str(), file.c_str());
+    }
+    std::this_thread::sleep_for(std::chrono::minutes(10));
+    ::_exit(0);
+}
+
+/// Starts this program as `args` (after the program's path) and returns its process id.
+pid_t spawn_self(std::vector<std::string> args) {
+    const std::string exe = self_path();
+    args.insert(args.begin(), exe);
+    std::vector<char*> argv;
+    for (auto& a : args) {
+        argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    pid_t child = 0;
+    if (::posix_spawn(&child, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+        throw std::runtime_error("cannot start " + args[1]);
+    }
+    return child;
+}
+
+/// Kills and reaps a child process when it goes out of scope.
+struct child_process {
+    pid_t pid;
+    ~child_process() {
+        ::kill(pid, SIGKILL);
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+    }
+};
+
+/// The address the server process wrote to `file`, within 20 s.
+std::string wait_for_address(const std::string& file) {
+    const auto until = clock_type::now() + std::chrono::seconds(20);
+    while (clock_type::now() < until) {
+        if (FILE* f = std::fopen(file.c_str(), "r")) {
+            char buf[256] = {};
+            const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+            std::fclose(f);
+            std::remove(file.c_str());
+            return std::string(buf, n);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    throw std::runtime_error("the server process did not start");
+}
+
+/// Runs `body(i)` on `n` threads that start together; returns the seconds until the last
+/// one ended.
+double run_together(std::size_t n, const std::function<void(std::size_t)>& body) {
+    std::mutex mutex;
+    std::size_t ready = 0;
+    bool go = false;
+    std::condition_variable cv;
+    std::vector<std::thread> threads;
+    std::exception_ptr failure;
+    for (std::size_t i = 0; i < n; ++i) {
+        threads.emplace_back([&, i] {
+            {
+                std::unique_lock lock(mutex);
+                ++ready;
+                cv.notify_all();
+                cv.wait(lock, [&] { return go; });
+            }
+            try {
+                body(i);
+            } catch (...) {
+                std::lock_guard lock(mutex);
+                failure = std::current_exception();
+            }
+        });
+    }
+    clock_type::time_point start;
+    {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [&] { return ready == n; });
+        go = true;
+        start = clock_type::now();
+    }
+    cv.notify_all();
+    for (auto& t : threads) {
+        t.join();
+    }
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    if (failure) {
+        std::rethrow_exception(failure);
+    }
+    return seconds;
+}
+
+/// One server process with `threads` I/O threads; as many clients (each a `kv_store` with
+/// its own connection, in this process) push and pull 64 Ki random keys of 16 floats each
+/// per iteration, all at once.
+void server_threads_case(const settings& st, std::size_t threads, double& base, double raw_median) {
+    const std::size_t iterations = st.quick ? 3 : 20;
+    const std::size_t key_count = st.quick ? 4096 : 65536;
+    constexpr std::size_t width = 16;
+    const std::string file =
+        "/tmp/petrel_bench_server_" + std::to_string(::getpid()) + "_" + std::to_string(threads);
+    child_process server{spawn_self({"--threads-server", std::to_string(threads), file})};
+    const std::string address = wait_for_address(file);
+    asio::io_context io;
+    auto work = asio::make_work_guard(io);
+    std::vector<std::thread> io_pool;
+    for (std::size_t i = 0; i < threads; ++i) {
+        io_pool.emplace_back([&io] { io.run(); });
+    }
+    struct stop_io {
+        asio::io_context& io;
+        std::vector<std::thread>& pool;
+        ~stop_io() {
+            io.stop();
+            for (auto& t : pool) {
+                t.join();
+            }
+        }
+    } stop{io, io_pool};
+    petrel::transport_options quiet;
+    quiet.log = nullptr;
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {address};
+    o.width = width;
+    using store = petrel::kv_store<std::uint64_t, float, petrel::eventual>;
+    std::vector<std::unique_ptr<store>> clients;
+    std::vector<std::vector<std::uint64_t>> keys;
+    for (std::size_t i = 0; i < threads; ++i) {
+        clients.push_back(
+            std::make_unique<store>(petrel::tcp_transport(io.get_executor(), quiet), o));
+        keys.push_back(random_keys(key_count, 7000 + i));
+    }
+    const auto grad = std::make_shared<std::vector<float>>(key_count * width, 0.5f);
+    std::mutex mutex;
+    samples per_iteration;
+    auto round = [&](std::size_t i, std::size_t n, bool timed) {
+        auto& kv = *clients[i];
+        std::vector<clock_type::duration> mine;
+        for (std::size_t r = 0; r < n; ++r) {
+            const auto t0 = clock_type::now();
+            kv.push(keys[i], grad, asio::use_future).get();
+            if (kv.pull(keys[i], asio::use_future).get().size() != key_count) {
+                throw std::runtime_error("server_threads: short pull");
+            }
+            mine.push_back(clock_type::now() - t0);
+        }
+        if (timed) {
+            std::lock_guard lock(mutex);
+            for (auto d : mine) {
+                per_iteration.add(d);
+            }
+        }
+    };
+    run_together(threads, [&](std::size_t i) { round(i, 2, false); }); // rows, buffers
+    const double seconds =
+        run_together(threads, [&](std::size_t i) { round(i, iterations, true); });
+    clients.clear();
+    const double bytes =
+        static_cast<double>(threads * iterations * 2 * key_count * width * sizeof(float));
+    const double gbps = bytes * 8 / seconds / 1e9;
+    if (threads == 1) {
+        base = gbps;
+    }
+    petrel_bench::json_line line;
+    line.add("case", "server_threads_" + std::to_string(threads))
+        .add("median_us", per_iteration.median())
+        .add("p99_us", per_iteration.p99())
+        .add("ratio_to_raw", raw_median > 0 ? per_iteration.median() / raw_median : 1.0)
+        .add("io_threads", threads)
+        .add("clients", threads)
+        .add("keys_per_client", key_count)
+        .add("width", width)
+        .add("iterations_per_client", iterations)
+        .add("total_goodput_gbps", gbps)
+        .add("speedup_vs_1_thread", base > 0 ? gbps / base : 1.0)
+        .add("cores", static_cast<std::size_t>(std::thread::hardware_concurrency()));
+    line.print();
+}
+
+/// A server's table alone: `threads` threads apply already decoded pushes of 64 Ki random
+/// keys of 16 floats each, and read them back, as a server's I/O threads do for unordered
+/// pushes and ready pulls. The table holds the keys of every thread count's threads from
+/// the start, so that each count works on the same table (the same index and rows).
+void server_threads_apply_case(const settings& st, std::size_t threads, double& base) {
+    const std::size_t iterations = st.quick ? 5 : 40;
+    const std::size_t key_count = st.quick ? 4096 : 65536;
+    constexpr std::uint32_t width = 16;
+    const std::size_t most = thread_counts().back();
+    petrel::detail::table<std::uint64_t, float> table(width);
+    std::vector<petrel::wire::message> pushes;
+    std::vector<std::vector<std::uint64_t>> keys;
+    const std::vector<float> values(key_count * width, 0.5f);
+    for (std::size_t i = 0; i < most; ++i) {
+        keys.push_back(random_keys(key_count, 9000 + i));
+        petrel::wire::message m;
+        m.header.kind = petrel::wire::message_kind::push;
+        m.header.key_type = petrel::wire::scalar_type::u64;
+        m.header.value_type = petrel::wire::scalar_type::f32;
+        m.header.width = width;
+        m.header.key_count = key_count;
+        m.header.range_begin = keys.back().front();
+        m.header.range_end = keys.back().back() + 1;
+        m.set_segment(petrel::wire::keys_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys.back()))));
+        m.set_segment(petrel::wire::values_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        if (table.apply_shared(m)) { // creates the rows
+            throw std::runtime_error("server_threads_apply: no memory");
+        }
+        pushes.push_back(std::move(m));
+    }
+    std::vector<std::vector<float>> out(threads, std::vector<float>(key_count * width));
+    std::mutex mutex;
+    samples per_iteration;
+    auto round = [&](std::size_t i, std::size_t n, bool timed) {
+        std::vector<clock_type::duration> mine;
+        for (std::size_t r = 0; r < n; ++r) {
+            const auto t0 = clock_type::now();
+            if (table.apply_shared(pushes[i])) {
+                throw std::runtime_error("server_threads_apply: no memory");
+            }
+            table.read_shared(pushes[i], reinterpret_cast<std::byte*>(out[i].data()));
+            mine.push_back(clock_type::now() - t0);
+        }
+        if (timed) {
+            std::lock_guard lock(mutex);
+            for (auto d : mine) {
+                per_iteration.add(d);
+            }
+        }
+    };
+    run_together(threads, [&](std::size_t i) { round(i, 1, false); });
+    const double seconds =
+        run_together(threads, [&](std::size_t i) { round(i, iterations, true); });
+    const double bytes =
+        static_cast<double>(threads * iterations * 2 * key_count * width * sizeof(float));
+    const double gbps = bytes * 8 / seconds / 1e9;
+    if (threads == 1) {
+        base = gbps;
+    }
+    petrel_bench::json_line line;
+    line.add("case", "server_threads_apply_" + std::to_string(threads))
+        .add("median_us", per_iteration.median())
+        .add("p99_us", per_iteration.p99())
+        .add("threads", threads)
+        .add("keys_per_thread", key_count)
+        .add("table_keys", table.size())
+        .add("width", static_cast<std::size_t>(width))
+        .add("iterations_per_thread", iterations)
+        .add("rows_per_second", static_cast<double>(threads * iterations * 2 * key_count) / seconds)
+        .add("total_goodput_gbps", gbps)
+        .add("speedup_vs_1_thread", base > 0 ? gbps / base : 1.0)
+        .add("cores", static_cast<std::size_t>(std::thread::hardware_concurrency()));
+    line.print();
+}
+
+void server_threads_cases(const settings& st,
+                          const std::function<bool(const std::string&)>& wanted) {
+    double apply_base = 0;
+    for (std::size_t t : thread_counts()) {
+        if (wanted("server_threads_apply_" + std::to_string(t))) {
+            server_threads_apply_case(st, t, apply_base);
+        }
+    }
+    double base = 0;
+    double raw = -1;
+    for (std::size_t t : thread_counts()) {
+        const std::string name = "server_threads_" + std::to_string(t);
+        if (wanted(name)) {
+            if (raw < 0) {
+                raw = raw_median_for_rows(st);
+            }
+            server_threads_case(st, t, base, raw);
+        }
+    }
+}
+
 void efficiency_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
     sparse_cases(st, wanted);
     bool small = false;
@@ -1173,6 +1490,16 @@ int main(int argc, char** argv) {
                                             "scaling_1",
                                             "scaling_2",
                                             "scaling_4",
+                                            "server_threads_apply_1",
+                                            "server_threads_apply_2",
+                                            "server_threads_apply_4",
+                                            "server_threads_apply_8",
+                                            "server_threads_apply_16",
+                                            "server_threads_1",
+                                            "server_threads_2",
+                                            "server_threads_4",
+                                            "server_threads_8",
+                                            "server_threads_16",
                                             "replication_k0",
                                             "replication_k1",
                                             "replication_k2",
@@ -1181,6 +1508,9 @@ int main(int argc, char** argv) {
         const std::string a = argv[i];
         if (a == "--recovery-server" && i + 1 < argc) {
             return recovery_server(argv[i + 1]);
+        }
+        if (a == "--threads-server" && i + 2 < argc) {
+            return threads_server(std::stoul(argv[i + 1]), argv[i + 2]);
         }
         if (a == "--quick") {
             st.quick = true;
@@ -1228,6 +1558,7 @@ int main(int argc, char** argv) {
         consistency_cases(st, wanted);
         server_cases(st, wanted);
         efficiency_cases(st, wanted);
+        server_threads_cases(st, wanted);
         fault_cases(st, wanted);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "petrel_bench: %s\n", e.what());
