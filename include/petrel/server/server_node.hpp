@@ -10,6 +10,7 @@
 #include <petrel/server/checkpoint_loader.hpp>
 #include <petrel/server/checkpoint_writer.hpp>
 #include <petrel/server/detail/checkpoint_call.hpp>
+#include <petrel/server/detail/push_kind.hpp>
 #include <petrel/server/detail/table.hpp>
 #include <petrel/server/remote_function.hpp>
 #include <petrel/server/replication_plan.hpp>
@@ -628,8 +629,7 @@ private:
         /// The primary whose rows push `h` changes: this server for a worker's push or an
         /// update it learns as a joining server, else the replica update's primary.
         std::uint32_t primary_of_update(const wire::message_header& h) const {
-            const bool replica = (h.flags & wire::flag_replica) != 0;
-            return replica && !learns_from(h.receiver) ? h.receiver : opts.node_id;
+            return detail::from_server(h) && !learns_from(h.receiver) ? h.receiver : opts.node_id;
         }
         void remember(std::uint64_t id, std::uint32_t primary) {
             if (id == 0) {
@@ -741,9 +741,9 @@ private:
         /// that the order in which pushes reach the rows matters to no copy.
         bool shares(const connection_ptr& c, const wire::message_header& h) const {
             const bool push = h.kind == wire::message_kind::push;
-            if ((!push && h.kind != wire::message_kind::pull) ||
-                (h.flags & (wire::flag_replica | wire::flag_ordered)) != 0 || waits(h) ||
-                holds_back(c)) {
+            if ((push ? detail::push_kind_of(h) != detail::push_kind::worker
+                      : h.kind != wire::message_kind::pull || detail::from_server(h)) ||
+                waits(h) || holds_back(c)) {
                 return false;
             }
             const auto it = tables.find(h.table_id);
@@ -785,7 +785,7 @@ private:
         bool decide(const connection_ptr& c, wire::message&& m, outbox& out) {
             switch (m.header.kind) {
             case wire::message_kind::push:
-                if ((m.header.flags & wire::flag_replica) != 0 && plan.version != 0 &&
+                if (detail::from_server(m.header) && plan.version != 0 &&
                     m.header.key_list_id != plan.secret) {
                     out.emplace_back(
                         c, refusal(m.header, wire::message_kind::push_reply, errc::not_permitted));
@@ -827,8 +827,7 @@ private:
         /// server follows a plan at all), so that it is judged by the placement its sender
         /// used rather than refused while the view travels.
         bool ahead(const wire::message_header& h) const {
-            const bool replica = (h.flags & wire::flag_replica) != 0;
-            if (replica) {
+            if (detail::from_server(h)) {
                 return h.view > plan.version; // from a server: it carries the secret
             }
             // A worker's view is at most a few changes ahead; one claiming more is judged
@@ -841,7 +840,7 @@ private:
         /// Whether request `h` waits: it was sent under a newer view (`ahead`), or it is a
         /// worker's and this server waits for the hand-over of keys it took over.
         bool waits(const wire::message_header& h) const {
-            return ahead(h) || ((h.flags & wire::flag_replica) == 0 && !awaiting_handover.empty());
+            return ahead(h) || (!detail::from_server(h) && !awaiting_handover.empty());
         }
 
         /// Whether requests from `c` wait for a newer view (the ones after them wait too,
@@ -1097,7 +1096,7 @@ private:
         }
 
         /// Sends learner `to` the keys of update `m` (applied here) that move to it.
-        void teach_update(std::uint32_t to, const wire::message& m,
+        void teach_update(std::uint32_t to, const wire::message& m, detail::push_kind kind,
                           std::function<void(std::error_code)> done) {
             const auto* peer = peer_of(to);
             if (!peer) {
@@ -1119,7 +1118,7 @@ private:
                 }
                 return;
             }
-            forward(*peer, opts.node_id, std::move(part), std::move(done));
+            forward(*peer, opts.node_id, std::move(part), kind, std::move(done));
         }
 
         /// After a new plan, for servers joining: as a primary, copies the partitions that
@@ -1254,10 +1253,10 @@ private:
             }
             wire::message end;
             end.header.kind = wire::message_kind::push;
-            end.header.flags = wire::flag_transfer;
+            end.header.flags = 0; // (the kind says what it is)
             end.header.worker = wire::no_worker;
             end.header.clock = plan_version; // the plan this copy was made for
-            forward(*peer, self_id, std::move(end),
+            forward(*peer, self_id, std::move(end), detail::push_kind::copy_end,
                     [weak = self, to, parts, plan_version, attempts](std::error_code ec) {
                         auto st = weak.lock();
                         if (!st) {
@@ -1286,9 +1285,9 @@ private:
             }
             wire::message end;
             end.header.kind = wire::message_kind::push;
-            end.header.flags = wire::flag_transfer | wire::flag_finish;
+            end.header.flags = 0;
             end.header.worker = wire::no_worker;
-            forward(*peer, opts.node_id, std::move(end),
+            forward(*peer, opts.node_id, std::move(end), detail::push_kind::hand_over,
                     [weak = self, to, parts, attempts](std::error_code ec) {
                         auto st = weak.lock();
                         if (!st) {
@@ -1383,7 +1382,7 @@ private:
         /// date). Called under the lock, so that updates leave in the order they were
         /// applied.
         void forward(const replication_plan::peer& next, std::uint32_t origin, wire::message update,
-                     std::function<void(std::error_code)> done) {
+                     detail::push_kind kind, std::function<void(std::error_code)> done) {
             const auto found = links.find(next.id);
             if (found == links.end()) {
                 if (log) {
@@ -1401,11 +1400,7 @@ private:
             const auto link = found->second;
             auto& h = update.header;
             h.kind = wire::message_kind::push;
-            const bool end = (h.flags & wire::flag_transfer) != 0 && h.key_count == 0;
-            h.flags = static_cast<std::uint8_t>(
-                (h.flags & (wire::flag_key_runs | wire::flag_ordered | wire::flag_transfer |
-                            (end ? wire::flag_finish : 0))) |
-                wire::flag_replica);
+            h.flags = detail::flags_of(kind, h.flags);
             h.sender = opts.node_id;
             h.receiver = origin;
             h.view = plan.version;
@@ -1438,9 +1433,10 @@ private:
         void on_push(const connection_ptr& c, wire::message&& m, outbox& out,
                      std::optional<shared_work>* work = nullptr) {
             const auto h = m.header;
-            const bool replica = (h.flags & wire::flag_replica) != 0;
-            const bool ordered = !replica && (h.flags & wire::flag_ordered) != 0;
-            const bool transfer = replica && (h.flags & wire::flag_transfer) != 0;
+            const auto kind = detail::push_kind_of(h);
+            const bool replica = detail::from_server(kind);
+            const bool ordered = kind == detail::push_kind::worker_ordered;
+            const bool transfer = detail::is_transfer(kind);
             if ((h.encoding & wire::encoding_keys_cached) != 0) {
                 // The keys are a list this connection does not hold: the worker resends them.
                 out.emplace_back(c,
@@ -1454,7 +1450,7 @@ private:
                                  refusal(h, wire::message_kind::push_reply, errc::not_permitted));
                 return;
             }
-            if (transfer && !(h.flags & wire::flag_ordered) && h.key_count == 0) {
+            if (kind == detail::push_kind::copy_end || kind == detail::push_kind::hand_over) {
                 end_of_copy(c, std::move(m), out);
                 return;
             }
@@ -1523,7 +1519,7 @@ private:
                 // copy holding every clock below h.clock: resent pushes of those clocks
                 // are already in them.
                 auto& r = s->replicated[origin];
-                r = std::max(r, (h.flags & wire::flag_ordered) != 0 ? h.clock + 1 : h.clock);
+                r = std::max(r, kind == detail::push_kind::clock_rows ? h.clock + 1 : h.clock);
             }
             auto reply = reply_to(h, wire::message_kind::push_reply);
             if (!replica) {
@@ -1533,7 +1529,7 @@ private:
             if (!replica && !ordered && !teaching.empty()) {
                 for (const auto& [to, parts] : teaching) {
                     try {
-                        teach_update(to, m, taught(to));
+                        teach_update(to, m, detail::push_kind::replica_update, taught(to));
                     } catch (const std::bad_alloc&) {
                         if (log) {
                             log(log_level::error,
@@ -1546,7 +1542,7 @@ private:
             }
             if (next) {
                 // Acknowledged once the rest of the chain has applied it.
-                forward(*next, origin, std::move(m),
+                forward(*next, origin, std::move(m), detail::forwarded(kind),
                         [c, reply = std::make_shared<wire::message>(std::move(reply)), weak = self,
                          version = plan.version](std::error_code ec) {
                             if (ec == errc::shut_down) {
@@ -1679,11 +1675,12 @@ private:
 
         /// The end of a primary's copy down its chain: this server holds its keys whole.
         /// From a primary this server learns from: the end of its copy of the moving
-        /// partitions, or (`wire::flag_finish`) its hand-over of them.
+        /// partitions, or (`push_kind::hand_over`) its hand-over of them.
         void end_of_copy(const connection_ptr& c, wire::message&& m, outbox& out) {
             const auto h = m.header;
+            const auto kind = detail::push_kind_of(h); // copy_end or hand_over
             if (learns_from(h.receiver)) {
-                if ((h.flags & wire::flag_finish) != 0) {
+                if (kind == detail::push_kind::hand_over) {
                     awaiting_handover.erase(h.receiver);
                     learning.erase(h.receiver);
                     if (log) {
@@ -1714,7 +1711,7 @@ private:
             syncing.erase(h.receiver);
             auto reply = reply_to(h, wire::message_kind::push_reply);
             if (next) {
-                forward(*next, h.receiver, std::move(m),
+                forward(*next, h.receiver, std::move(m), kind,
                         [c, reply = std::make_shared<wire::message>(std::move(reply))](
                             std::error_code ec) {
                             if (ec == errc::shut_down) {
@@ -1769,20 +1766,20 @@ private:
         /// or it is an ordered push resent from server `h.receiver` whose clock this server
         /// already received combined from that server as its replica.
         bool duplicate(const table_slot& s, const wire::message_header& h) const {
-            const bool resent =
-                (h.flags & wire::flag_resent) != 0 && (h.flags & wire::flag_replica) == 0;
+            const auto kind = detail::push_kind_of(h);
+            const bool resent = (h.flags & wire::flag_resent) != 0 && !detail::from_server(kind);
             if (applied_before(h.update_id, primary_of_update(h)) ||
                 (resent && applied_before(h.update_id, h.receiver))) {
                 return true;
             }
-            if (resent && (h.flags & wire::flag_ordered) != 0) {
+            if (resent && kind == detail::push_kind::worker_ordered) {
                 const auto it = s.replicated.find(h.receiver);
                 return it != s.replicated.end() && h.clock < it->second;
             }
             return false;
         }
 
-        /// Stores the rows of a transfer (`wire::flag_transfer`) in the table, replacing
+        /// Stores the rows of a transfer (`detail::is_transfer`) in the table, replacing
         /// what was there: all or nothing.
         std::error_code load_rows(table_slot& s, const wire::message& m) {
             const auto& h = m.header;
@@ -1996,7 +1993,7 @@ private:
                 // The end of the copy: the chain's servers hold this server's keys whole.
                 wire::message end;
                 end.header.kind = wire::message_kind::push;
-                end.header.flags = wire::flag_transfer;
+                end.header.flags = 0;
                 end.header.worker = wire::no_worker;
                 ++copying;
                 copy_failed = false;
@@ -2009,7 +2006,7 @@ private:
                         covered[id].assign(s.unacked.begin(), s.unacked.end());
                     }
                 }
-                forward(chain[1], self, std::move(end),
+                forward(chain[1], self, std::move(end), detail::push_kind::copy_end,
                         [weak = this->self, covered = std::move(covered)](std::error_code ec) {
                             if (auto st = weak.lock()) {
                                 locked lock(*st);
@@ -2092,7 +2089,7 @@ private:
                 }
                 wire::message m;
                 m.header.kind = wire::message_kind::push;
-                m.header.flags = wire::flag_transfer;
+                m.header.flags = 0;
                 m.header.table_id = id;
                 m.header.key_type = all.key_type;
                 m.header.value_type = all.value_type;
@@ -2104,7 +2101,7 @@ private:
                 m.header.clock = applied; // every clock below it is in these rows
                 m.set_segment(wire::keys_segment, shared_bytes::copy_of(keys));
                 m.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
-                forward(next, self, std::move(m), done);
+                forward(next, self, std::move(m), detail::push_kind::copy_rows, done);
                 sent += n;
             }
             if (log && sent > 0) {
@@ -2141,7 +2138,7 @@ private:
             }
             rows.header.worker = wire::no_worker;
             rows.header.update_id = 0;
-            rows.header.flags |= wire::flag_ordered; // the rows after clock `clock`
+            // (sent as detail::push_kind::clock_rows: the rows after clock `clock`)
             const auto clock = rows.header.clock;
             const auto table = rows.header.table_id;
             // Joining servers learn the rows of the partitions that move to them; the clock
@@ -2154,7 +2151,7 @@ private:
                     acknowledge(weak, table, clock);
                 };
                 try {
-                    teach_update(to, rows, acked);
+                    teach_update(to, rows, detail::push_kind::clock_rows, acked);
                 } catch (const std::bad_alloc&) {
                     s.unacked.pop_back();
                     if (log) {
@@ -2169,7 +2166,7 @@ private:
                 return true;
             }
             s.unacked.push_back(clock);
-            forward(*next, opts.node_id, std::move(rows),
+            forward(*next, opts.node_id, std::move(rows), detail::push_kind::clock_rows,
                     [weak = self, table, clock](std::error_code ec) {
                         if (ec == errc::stale_view || ec == errc::shut_down) {
                             // The chain's view no longer makes this server the primary (or

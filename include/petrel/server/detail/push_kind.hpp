@@ -1,0 +1,118 @@
+// Petrel: what a push to a server is, read from and written to its flags in one place.
+#pragma once
+
+#include <petrel/wire/header.hpp>
+
+#include <cstdint>
+#include <string_view>
+
+namespace petrel::detail {
+
+/// What a push to a server is. Until each has a message kind of its own, a push's flags
+/// say which: `push_kind_of` reads them and `flags_of` writes them, and the server reads
+/// these flag combinations nowhere else.
+enum class push_kind : std::uint8_t {
+    /// A worker's push, applied as it arrives (`eventual`, `bounded_delay`).
+    worker,
+    /// A worker's push held for its clock (`sequential`).
+    worker_ordered,
+    /// An update that the server before this one on a chain applied (a worker's push),
+    /// or that a primary sends a joining server for the keys that move to it.
+    replica_update,
+    /// The rows a completed clock changed, whole (values and optimizer state), down a
+    /// chain or to a joining server; `clock` is that clock.
+    clock_rows,
+    /// Rows of a full copy, whole, to a new replica or a joining server; every clock
+    /// below `clock` is in them.
+    copy_rows,
+    /// The end of a full copy (no keys).
+    copy_end,
+    /// The end of a joining server's copy that hands the partitions over to it (no keys).
+    hand_over,
+};
+
+/// What push header `h` is.
+[[nodiscard]] constexpr push_kind push_kind_of(const wire::message_header& h) noexcept {
+    if ((h.flags & wire::flag_replica) == 0) {
+        return (h.flags & wire::flag_ordered) != 0 ? push_kind::worker_ordered : push_kind::worker;
+    }
+    if ((h.flags & wire::flag_transfer) == 0) {
+        return push_kind::replica_update;
+    }
+    if ((h.flags & wire::flag_ordered) != 0) {
+        return push_kind::clock_rows;
+    }
+    if (h.key_count != 0) {
+        return push_kind::copy_rows;
+    }
+    return (h.flags & wire::flag_finish) != 0 ? push_kind::hand_over : push_kind::copy_end;
+}
+
+/// Whether request `h` (of any kind) comes from a server of the job: it must carry the
+/// job's replication secret, and is judged by the view it was sent under.
+[[nodiscard]] constexpr bool from_server(const wire::message_header& h) noexcept {
+    return (h.flags & wire::flag_replica) != 0;
+}
+
+/// Whether `k` comes from a server (and must carry the job's replication secret).
+[[nodiscard]] constexpr bool from_server(push_kind k) noexcept {
+    return k != push_kind::worker && k != push_kind::worker_ordered;
+}
+
+/// Whether `k` carries whole rows (values and state) that replace the stored ones, or
+/// ends a copy of them.
+[[nodiscard]] constexpr bool is_transfer(push_kind k) noexcept {
+    return k == push_kind::clock_rows || k == push_kind::copy_rows || k == push_kind::copy_end ||
+           k == push_kind::hand_over;
+}
+
+/// The flags a server sends a push of kind `k` with (only server-to-server kinds), keeping
+/// how the keys are written (`flag_key_runs`) from `flags`.
+[[nodiscard]] constexpr std::uint8_t flags_of(push_kind k, std::uint8_t flags) noexcept {
+    std::uint8_t f = static_cast<std::uint8_t>((flags & wire::flag_key_runs) | wire::flag_replica);
+    switch (k) {
+    case push_kind::worker:
+    case push_kind::worker_ordered:
+    case push_kind::replica_update:
+        break;
+    case push_kind::clock_rows:
+        f |= wire::flag_transfer | wire::flag_ordered;
+        break;
+    case push_kind::copy_rows:
+    case push_kind::copy_end:
+        f |= wire::flag_transfer;
+        break;
+    case push_kind::hand_over:
+        f |= wire::flag_transfer | wire::flag_finish;
+        break;
+    }
+    return f;
+}
+
+/// The kind a server forwards down a chain for a push of kind `k` it applied: a worker's
+/// push goes on as a replica update; the others as they came.
+[[nodiscard]] constexpr push_kind forwarded(push_kind k) noexcept {
+    return k == push_kind::worker || k == push_kind::worker_ordered ? push_kind::replica_update : k;
+}
+
+[[nodiscard]] constexpr std::string_view name_of(push_kind k) noexcept {
+    switch (k) {
+    case push_kind::worker:
+        return "worker push";
+    case push_kind::worker_ordered:
+        return "ordered worker push";
+    case push_kind::replica_update:
+        return "replica update";
+    case push_kind::clock_rows:
+        return "clock rows";
+    case push_kind::copy_rows:
+        return "copy rows";
+    case push_kind::copy_end:
+        return "end of copy";
+    case push_kind::hand_over:
+        return "hand-over";
+    }
+    return "push";
+}
+
+} // namespace petrel::detail
