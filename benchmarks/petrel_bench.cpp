@@ -728,6 +728,15 @@ double raw_median_for_rows(const settings& st) {
         .median();
 }
 
+/// Goodput in Gbit/s of `streams` streams that each pushed and pulled `keys` rows of
+/// `width` floats `iterations` times in `seconds`.
+double push_pull_gbps(std::size_t streams, std::size_t iterations, std::size_t keys,
+                      std::size_t width, double seconds) {
+    const double bytes =
+        static_cast<double>(streams * iterations * 2 * keys * width * sizeof(float));
+    return bytes * 8 / seconds / 1e9;
+}
+
 /// Total push+pull throughput of `n` servers and `n` workers in this process (one job
 /// through petrel::run): each worker pushes and pulls 64 Ki random keys with 16 floats each
 /// (4 MiB of values) per iteration.
@@ -773,9 +782,7 @@ void scaling_case(const settings& st, std::size_t n, double& base, double raw_me
         throw std::runtime_error("the scaling job failed");
     }
     const double slowest = *std::max_element(seconds.begin(), seconds.end());
-    const double bytes =
-        static_cast<double>(n * iterations * 2 * key_count * width * sizeof(float));
-    const double gbps = bytes * 8 / slowest / 1e9;
+    const double gbps = push_pull_gbps(n, iterations, key_count, width, slowest);
     if (n == 1) {
         base = gbps;
     }
@@ -926,6 +933,27 @@ double run_together(std::size_t n, const std::function<void(std::size_t)>& body)
     return seconds;
 }
 
+/// Runs `once(i)` `n` times on each of `threads` threads that start together, adding each
+/// call's time to `times` (when given); returns the seconds until the last thread ended.
+double timed_together(std::size_t threads, std::size_t n,
+                      const std::function<void(std::size_t)>& once, samples* times) {
+    std::mutex mutex;
+    return run_together(threads, [&](std::size_t i) {
+        std::vector<clock_type::duration> mine;
+        for (std::size_t r = 0; r < n; ++r) {
+            const auto t0 = clock_type::now();
+            once(i);
+            mine.push_back(clock_type::now() - t0);
+        }
+        if (times) {
+            std::lock_guard lock(mutex);
+            for (auto d : mine) {
+                times->add(d);
+            }
+        }
+    });
+}
+
 /// One server process with `threads` I/O threads; as many clients (each a `kv_store` with
 /// its own connection, in this process) push and pull 64 Ki random keys of 16 floats each
 /// per iteration, all at once.
@@ -967,33 +995,18 @@ void server_threads_case(const settings& st, std::size_t threads, double& base, 
         keys.push_back(random_keys(key_count, 7000 + i));
     }
     const auto grad = std::make_shared<std::vector<float>>(key_count * width, 0.5f);
-    std::mutex mutex;
     samples per_iteration;
-    auto round = [&](std::size_t i, std::size_t n, bool timed) {
+    auto once = [&](std::size_t i) {
         auto& kv = *clients[i];
-        std::vector<clock_type::duration> mine;
-        for (std::size_t r = 0; r < n; ++r) {
-            const auto t0 = clock_type::now();
-            kv.push(keys[i], grad, asio::use_future).get();
-            if (kv.pull(keys[i], asio::use_future).get().size() != key_count) {
-                throw std::runtime_error("server_threads: short pull");
-            }
-            mine.push_back(clock_type::now() - t0);
-        }
-        if (timed) {
-            std::lock_guard lock(mutex);
-            for (auto d : mine) {
-                per_iteration.add(d);
-            }
+        kv.push(keys[i], grad, asio::use_future).get();
+        if (kv.pull(keys[i], asio::use_future).get().size() != key_count) {
+            throw std::runtime_error("server_threads: short pull");
         }
     };
-    run_together(threads, [&](std::size_t i) { round(i, 2, false); }); // rows, buffers
-    const double seconds =
-        run_together(threads, [&](std::size_t i) { round(i, iterations, true); });
+    timed_together(threads, 2, once, nullptr); // creates the rows, fills the buffers
+    const double seconds = timed_together(threads, iterations, once, &per_iteration);
     clients.clear();
-    const double bytes =
-        static_cast<double>(threads * iterations * 2 * key_count * width * sizeof(float));
-    const double gbps = bytes * 8 / seconds / 1e9;
+    const double gbps = push_pull_gbps(threads, iterations, key_count, width, seconds);
     if (threads == 1) {
         base = gbps;
     }
@@ -1046,31 +1059,16 @@ void server_threads_apply_case(const settings& st, std::size_t threads, double& 
         pushes.push_back(std::move(m));
     }
     std::vector<std::vector<float>> out(threads, std::vector<float>(key_count * width));
-    std::mutex mutex;
     samples per_iteration;
-    auto round = [&](std::size_t i, std::size_t n, bool timed) {
-        std::vector<clock_type::duration> mine;
-        for (std::size_t r = 0; r < n; ++r) {
-            const auto t0 = clock_type::now();
-            if (table.apply_shared(pushes[i])) {
-                throw std::runtime_error("server_threads_apply: no memory");
-            }
-            table.read_shared(pushes[i], reinterpret_cast<std::byte*>(out[i].data()));
-            mine.push_back(clock_type::now() - t0);
+    auto once = [&](std::size_t i) {
+        if (table.apply_shared(pushes[i])) {
+            throw std::runtime_error("server_threads_apply: no memory");
         }
-        if (timed) {
-            std::lock_guard lock(mutex);
-            for (auto d : mine) {
-                per_iteration.add(d);
-            }
-        }
+        table.read_shared(pushes[i], reinterpret_cast<std::byte*>(out[i].data()));
     };
-    run_together(threads, [&](std::size_t i) { round(i, 1, false); });
-    const double seconds =
-        run_together(threads, [&](std::size_t i) { round(i, iterations, true); });
-    const double bytes =
-        static_cast<double>(threads * iterations * 2 * key_count * width * sizeof(float));
-    const double gbps = bytes * 8 / seconds / 1e9;
+    timed_together(threads, 1, once, nullptr);
+    const double seconds = timed_together(threads, iterations, once, &per_iteration);
+    const double gbps = push_pull_gbps(threads, iterations, key_count, width, seconds);
     if (threads == 1) {
         base = gbps;
     }
