@@ -6,15 +6,15 @@
 #include <petrel/core/key_range.hpp>
 #include <petrel/server/checkpoint.hpp>
 #include <petrel/server/detail/hash_index.hpp>
+#include <petrel/server/detail/key_seq.hpp>
 #include <petrel/server/detail/row_store.hpp>
+#include <petrel/server/detail/stripe_locks.hpp>
 #include <petrel/server/initializer.hpp>
 #include <petrel/server/updater.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -33,35 +33,6 @@
 #include <vector>
 
 namespace petrel::detail {
-
-/// The keys of a request: sorted keys, or (`wire::flag_key_runs`) pairs `[begin, end)` of
-/// key runs, which stand for every key of each run.
-template <typename Key>
-struct key_seq {
-    std::span<const Key> data;
-    bool runs = false;
-
-    [[nodiscard]] static key_seq of(const wire::message& m) {
-        return {m.keys().as<Key>(), (m.header.flags & wire::flag_key_runs) != 0};
-    }
-
-    /// Calls `f(i, key)` for the i-th key, in order.
-    template <typename F>
-    void for_each(F&& f) const {
-        if (!runs) {
-            for (std::size_t i = 0; i < data.size(); ++i) {
-                f(i, data[i]);
-            }
-            return;
-        }
-        std::size_t i = 0;
-        for (std::size_t r = 0; r + 1 < data.size(); r += 2) {
-            for (Key k = data[r]; k < data[r + 1]; ++k) {
-                f(i++, k);
-            }
-        }
-    }
-};
 
 /// A table's storage, whatever its key and value types.
 ///
@@ -249,7 +220,7 @@ public:
         const Value* values = m.values().as<Value>().data();
         const auto keys = key_seq<Key>::of(m);
         try {
-            std::shared_lock lock(sharing_->rows);
+            std::shared_lock lock(locks_->rows());
             if (!dense_ && !keys.runs) {
                 // A keyed push of a sparse table (the common case): each key's row once.
                 std::vector<std::uint32_t> rows(keys.data.size());
@@ -282,7 +253,7 @@ public:
     void read_shared(const wire::message& m, std::byte* out) const override {
         Value* dst = reinterpret_cast<Value*>(out);
         const auto keys = key_seq<Key>::of(m);
-        std::shared_lock lock(sharing_->rows);
+        std::shared_lock lock(locks_->rows());
         if (!dense_ && !keys.runs) {
             by_stripe(keys.data, [&](std::size_t i) {
                 if (i + ahead < keys.data.size()) {
@@ -495,18 +466,6 @@ private:
         std::size_t at;
     };
 
-    /// The locks of `apply_shared` and `read_shared`. Order: `rows` (shared to use rows,
-    /// exclusive to create them), then one stripe at a time.
-    struct sharing {
-        static constexpr std::size_t stripes = 256;
-        struct alignas(64) padded_mutex { // one cache line each: no false sharing
-            std::mutex mutex;
-        };
-        std::shared_mutex rows;
-        std::array<padded_mutex, stripes> stripe;
-        alignas(64) std::atomic<std::size_t> turn{0}; // where the next request starts
-    };
-
     /// A key's stripe: its place in the span of the keys stored (a dense table: of its
     /// pages), so that ascending keys go through the stripes in order, each once, and a
     /// page's keys share one (keys outside the span: the first or last stripe). The span
@@ -521,6 +480,7 @@ private:
 
     /// The shift that maps a span of `n` + 1 values onto at most 256 stripes.
     static unsigned shift_for(std::uint64_t n) noexcept {
+        static_assert(stripe_locks::stripes == 256);
         const auto bits = static_cast<unsigned>(std::bit_width(n));
         return bits > 8 ? bits - 8 : 0;
     }
@@ -555,7 +515,7 @@ private:
 
     /// Creates the rows of `keys` not stored yet, with `rows` held exclusively.
     void create_rows(const key_seq<Key>& keys) {
-        std::lock_guard lock(sharing_->rows);
+        std::lock_guard lock(locks_->rows());
         if (dense_) {
             reserve_pages(keys);
         } else {
@@ -568,67 +528,16 @@ private:
     /// a time under its lock. Under `rows`.
     template <typename F>
     void by_stripe(std::span<const Key> keys, F&& f) const {
-        const std::size_t first =
-            sharing_->turn.fetch_add(1, std::memory_order_relaxed) * 101 % sharing::stripes;
-        const std::size_t split = static_cast<std::size_t>(
-            std::partition_point(keys.begin(), keys.end(),
-                                 [&](Key k) { return stripe_of(k) < first; }) -
-            keys.begin());
-        walk_stripes(
-            split, keys.size(), [&](std::size_t i) { return stripe_of(keys[i]); }, f);
-    }
-
-    /// Calls `f(i)` for `i` in [`split`, `n`) and then [0, `split`), each run of equal
-    /// `stripe(i)` under that stripe's lock. A stripe another thread holds is skipped and
-    /// done at the end, so that threads do not queue behind each other stripe by stripe.
-    template <typename Stripe, typename F>
-    void walk_stripes(std::size_t split, std::size_t n, Stripe&& stripe, F&& f) const {
-        std::array<std::pair<std::size_t, std::size_t>, sharing::stripes + 1> later;
-        std::size_t deferred = 0;
-        auto walk = [&](std::size_t from, std::size_t to) {
-            while (from != to) {
-                const std::size_t s = stripe(from);
-                std::size_t end = from;
-                while (end != to && stripe(end) == s) {
-                    ++end;
-                }
-                std::unique_lock lock(sharing_->stripe[s].mutex, std::try_to_lock);
-                if (lock.owns_lock() || deferred == later.size()) {
-                    if (!lock.owns_lock()) {
-                        lock.lock();
-                    }
-                    for (; from != end; ++from) {
-                        f(from);
-                    }
-                } else {
-                    later[deferred++] = {from, end};
-                    from = end;
-                }
-            }
-        };
-        walk(split, n);
-        walk(0, split);
-        for (std::size_t d = 0; d < deferred; ++d) {
-            std::lock_guard lock(sharing_->stripe[stripe(later[d].first)].mutex);
-            for (std::size_t i = later[d].first; i != later[d].second; ++i) {
-                f(i);
-            }
-        }
+        locks_->walk(
+            keys.size(), [&](std::size_t i) { return stripe_of(keys[i]); }, f);
     }
 
     /// Calls `f(b)` for every block (ascending keys), a stripe at a time under its lock.
     /// Under `rows`.
     template <typename F>
     void by_stripe(const std::vector<block>& blocks, F&& f) const {
-        // Concurrent requests start at different stripes (and wrap around), so that they
-        // do not queue for the same locks one after the other.
-        const std::size_t first =
-            sharing_->turn.fetch_add(1, std::memory_order_relaxed) * 101 % sharing::stripes;
-        const auto split = std::partition_point(
-            blocks.begin(), blocks.end(), [&](const block& b) { return stripe_of(b.key) < first; });
-        walk_stripes(
-            static_cast<std::size_t>(split - blocks.begin()), blocks.size(),
-            [&](std::size_t i) { return stripe_of(blocks[i].key); },
+        locks_->walk(
+            blocks.size(), [&](std::size_t i) { return stripe_of(blocks[i].key); },
             [&](std::size_t i) { f(blocks[i]); });
     }
 
@@ -859,7 +768,7 @@ private:
     const Key* found_keys_ = nullptr;  // ... and where its keys were
     std::vector<std::uint32_t> pages_; // dense: first row of each page, or npos
     std::vector<std::uint32_t> marks_; // scratch of apply_clock: row → sum slot + 1
-    std::unique_ptr<sharing> sharing_ = std::make_unique<sharing>();
+    std::unique_ptr<stripe_locks> locks_ = std::make_unique<stripe_locks>();
     std::uint64_t low_key_ = 0;  // sparse: the smallest and largest key stored
     std::uint64_t high_key_ = 0; //
     unsigned stripe_shift_ = 0;  // see stripe_of
