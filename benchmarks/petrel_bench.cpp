@@ -1030,12 +1030,21 @@ void server_threads_case(const settings& st, std::size_t threads, double& base, 
 /// keys of 16 floats each, and read them back, as a server's I/O threads do for unordered
 /// pushes and ready pulls. The table holds the keys of every thread count's threads from
 /// the start, so that each count works on the same table (the same index and rows).
-void server_threads_apply_case(const settings& st, std::size_t threads, double& base) {
+///
+/// With `separate`, each thread has a table of its own instead, holding its keys only (the
+/// most that splitting a table by key range could give).
+void server_threads_apply_case(const settings& st, std::size_t threads, bool separate,
+                               double& base) {
     const std::size_t iterations = st.quick ? 5 : 40;
     const std::size_t key_count = st.quick ? 4096 : 65536;
     constexpr std::uint32_t width = 16;
     const std::size_t most = thread_counts().back();
-    petrel::detail::table<std::uint64_t, float> table(width);
+    using table_type = petrel::detail::table<std::uint64_t, float>;
+    std::vector<std::unique_ptr<table_type>> tables;
+    for (std::size_t i = 0; i < (separate ? most : 1); ++i) {
+        tables.push_back(std::make_unique<table_type>(width));
+    }
+    auto table_of = [&](std::size_t i) -> table_type& { return *tables[separate ? i : 0]; };
     std::vector<petrel::wire::message> pushes;
     std::vector<std::vector<std::uint64_t>> keys;
     const std::vector<float> values(key_count * width, 0.5f);
@@ -1053,7 +1062,7 @@ void server_threads_apply_case(const settings& st, std::size_t threads, double& 
                       petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys.back()))));
         m.set_segment(petrel::wire::values_segment,
                       petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
-        if (table.apply_shared(m)) { // creates the rows
+        if (table_of(i).apply_shared(m)) { // creates the rows
             throw std::runtime_error("server_threads_apply: no memory");
         }
         pushes.push_back(std::move(m));
@@ -1061,10 +1070,10 @@ void server_threads_apply_case(const settings& st, std::size_t threads, double& 
     std::vector<std::vector<float>> out(threads, std::vector<float>(key_count * width));
     samples per_iteration;
     auto once = [&](std::size_t i) {
-        if (table.apply_shared(pushes[i])) {
+        if (table_of(i).apply_shared(pushes[i])) {
             throw std::runtime_error("server_threads_apply: no memory");
         }
-        table.read_shared(pushes[i], reinterpret_cast<std::byte*>(out[i].data()));
+        table_of(i).read_shared(pushes[i], reinterpret_cast<std::byte*>(out[i].data()));
     };
     timed_together(threads, 1, once, nullptr);
     const double seconds = timed_together(threads, iterations, once, &per_iteration);
@@ -1073,12 +1082,14 @@ void server_threads_apply_case(const settings& st, std::size_t threads, double& 
         base = gbps;
     }
     petrel_bench::json_line line;
-    line.add("case", "server_threads_apply_" + std::to_string(threads))
+    line.add("case",
+             std::string(separate ? "server_threads_apply_separate_" : "server_threads_apply_") +
+                 std::to_string(threads))
         .add("median_us", per_iteration.median())
         .add("p99_us", per_iteration.p99())
         .add("threads", threads)
         .add("keys_per_thread", key_count)
-        .add("table_keys", table.size())
+        .add("table_keys", table_of(0).size())
         .add("width", static_cast<std::size_t>(width))
         .add("iterations_per_thread", iterations)
         .add("rows_per_second", static_cast<double>(threads * iterations * 2 * key_count) / seconds)
@@ -1090,10 +1101,15 @@ void server_threads_apply_case(const settings& st, std::size_t threads, double& 
 
 void server_threads_cases(const settings& st,
                           const std::function<bool(const std::string&)>& wanted) {
-    double apply_base = 0;
-    for (std::size_t t : thread_counts()) {
-        if (wanted("server_threads_apply_" + std::to_string(t))) {
-            server_threads_apply_case(st, t, apply_base);
+    for (const bool separate : {false, true}) {
+        double apply_base = 0;
+        for (std::size_t t : thread_counts()) {
+            const std::string name =
+                std::string(separate ? "server_threads_apply_separate_" : "server_threads_apply_") +
+                std::to_string(t);
+            if (wanted(name)) {
+                server_threads_apply_case(st, t, separate, apply_base);
+            }
         }
     }
     double base = 0;
@@ -1493,6 +1509,11 @@ int main(int argc, char** argv) {
                                             "server_threads_apply_4",
                                             "server_threads_apply_8",
                                             "server_threads_apply_16",
+                                            "server_threads_apply_separate_1",
+                                            "server_threads_apply_separate_2",
+                                            "server_threads_apply_separate_4",
+                                            "server_threads_apply_separate_8",
+                                            "server_threads_apply_separate_16",
                                             "server_threads_1",
                                             "server_threads_2",
                                             "server_threads_4",
