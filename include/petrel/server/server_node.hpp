@@ -10,8 +10,13 @@
 #include <petrel/server/checkpoint_loader.hpp>
 #include <petrel/server/checkpoint_writer.hpp>
 #include <petrel/server/detail/checkpoint_call.hpp>
+#include <petrel/server/detail/migration.hpp>
+#include <petrel/server/detail/placement.hpp>
 #include <petrel/server/detail/push_kind.hpp>
+#include <petrel/server/detail/replicator.hpp>
+#include <petrel/server/detail/row_copy.hpp>
 #include <petrel/server/detail/table.hpp>
+#include <petrel/server/detail/update_window.hpp>
 #include <petrel/server/remote_function.hpp>
 #include <petrel/server/replication_plan.hpp>
 #include <petrel/server/table_registry.hpp>
@@ -42,7 +47,6 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -134,6 +138,8 @@ public:
         state_->log = transport_.options().log;
         state_->limits = transport_.options().limits;
         state_->departed_all.assign(state_->opts.workers, false);
+        state_->replication =
+            detail::replicator(state_->executor, state_->log, state_->opts.replication_timeout);
         if (!state_->opts.checkpoints) {
             state_->opts.checkpoints = std::make_shared<checkpoint_writer>();
         }
@@ -146,7 +152,7 @@ public:
     ~server_node() {
         close();
         locked lock(*state_);
-        state_->links.clear(); // the links hold callbacks that hold the state
+        state_->replication.clear(); // the links hold callbacks that hold the state
     }
 
     /// Accepts workers at `address` ("host:port" for TCP, a name for in-process);
@@ -172,9 +178,7 @@ public:
         std::vector<std::shared_ptr<detail::request_link>> links;
         {
             locked lock(*state_);
-            for (auto& [id, l] : state_->links) {
-                links.push_back(l);
-            }
+            links = state_->replication.links();
         }
         for (auto& l : links) {
             l->close();
@@ -200,29 +204,7 @@ public:
             }
             auto old = std::move(state_->plan);
             state_->plan = std::move(plan);
-            for (auto it = state_->links.begin(); it != state_->links.end();) {
-                if (!state_->in_plan(it->first)) {
-                    gone.push_back(it->second);
-                    it = state_->links.erase(it);
-                } else {
-                    ++it;
-                }
-            }
-            auto link_to = [&](const replication_plan::peer& peer) {
-                if (peer.id != state_->opts.node_id && !state_->links.count(peer.id)) {
-                    state_->links.emplace(
-                        peer.id, std::make_shared<detail::request_link>(
-                                     transport_, peer.address, state_->opts.replication_timeout));
-                }
-            };
-            for (const auto& [primary, chain] : state_->plan.chains) {
-                for (const auto& peer : chain) {
-                    link_to(peer);
-                }
-            }
-            for (const auto& peer : state_->plan.learners) {
-                link_to(peer);
-            }
+            gone = state_->replication.follow(state_->plan, state_->opts.node_id, transport_);
             state_->holds_keys =
                 !state_->plan.partition_of ||
                 std::find(state_->plan.primaries.begin(), state_->plan.primaries.end(),
@@ -278,10 +260,7 @@ public:
     /// when no partition moves to it.
     [[nodiscard]] std::uint64_t join_ready() const {
         locked lock(*state_);
-        const auto& l = state_->learning;
-        const bool all = !l.empty() && std::all_of(l.begin(), l.end(),
-                                                   [](const auto& e) { return e.second.done; });
-        return all ? state_->plan.version : 0;
+        return state_->moves.join_ready(state_->plan.version);
     }
 
     /// For a server handing its partitions over before it leaves (a ring without
@@ -291,26 +270,22 @@ public:
     /// 0 while a copy is on its way, or when no partition moves away from it.
     [[nodiscard]] std::uint64_t hand_over_ready() const {
         locked lock(*state_);
-        const auto& st = *state_;
         // (An update that did not arrive is copied again before the hand-over.)
-        const bool all = !st.teaching.empty() &&
-                         std::all_of(st.teaching.begin(), st.teaching.end(),
-                                     [&](const auto& e) { return st.copied.count(e.first) != 0; });
-        return all ? st.plan.version : 0;
+        return state_->moves.hand_over_ready(state_->plan.version);
     }
 
     /// Whether this server sent the end of its ownership (the hand-over) to a server
     /// that took partitions over from it, and that server has not acknowledged it yet.
     [[nodiscard]] bool handing_over() const {
         locked lock(*state_);
-        return !state_->handing_to.empty();
+        return state_->moves.handing_over();
     }
 
     /// Whether this server waits for the hand-over of partitions it took over from a
     /// primary that taught it them (it holds workers' requests until then).
     [[nodiscard]] bool awaiting_hand_over() const {
         locked lock(*state_);
-        return !state_->awaiting_handover.empty();
+        return state_->moves.awaiting_hand_over();
     }
 
     /// The version of the replication plan this server follows (the job's view it last
@@ -445,6 +420,7 @@ public:
     void set_node_id(std::uint32_t id) {
         locked lock(*state_);
         state_->opts.node_id = id;
+        state_->replication.rename(id);
     }
 
     /// Loads every table of the checkpoint in `dir` (written by `kv_store::save`), keeping
@@ -550,7 +526,7 @@ private:
         server_options opts;
         std::weak_ptr<state> self; // for callbacks that may outlive the server
         replication_plan plan;
-        std::map<std::uint32_t, std::shared_ptr<detail::request_link>> links; // to peers
+        detail::replicator replication; // the links to the plan's other servers
         std::shared_ptr<buffer_pool> pool;
         asio::any_io_executor executor; // for completions that must not run under the lock
         wire::wire_limits limits;
@@ -579,31 +555,11 @@ private:
         bool all_mine = true;
         // The plan version from which this server is the primary of the keys it is now.
         std::uint64_t placed_at = 0;
-        // As a primary while servers join: each learner and the partitions this server
-        // copied to it; a plan that makes the learner their primary sends the hand-over.
-        std::map<std::uint32_t, std::vector<std::uint32_t>> teaching;
-        // As a joining server: each primary whose moving partitions it learns, and whether
-        // that copy has ended; then the primaries whose hand-over it waits for before it
-        // serves workers (their last updates may still be on their way).
-        struct lesson {
-            std::uint64_t since = 0; // the plan version its partitions were set by
-            bool done = false;       // its copy has ended
-        };
-        std::map<std::uint32_t, lesson> learning;
-        std::set<std::uint32_t> awaiting_handover;
-        // A copy down this server's chain deferred until every hand-over has arrived.
-        bool copy_after_handover = false;
+        // Partitions moving to joining servers, from this server or to it.
+        detail::migration moves;
         // Inside `resume`, and whether a request it applied asked for another pass.
         bool resuming = false;
         bool resume_again = false;
-        // As a primary: the learners a copy or update could not be delivered to (the
-        // partitions are copied to them again before the hand-over).
-        std::set<std::uint32_t> teach_failed;
-        // As a primary: the learners whose copy's end they acknowledged, with the plan
-        // version it was made for; and the learners whose hand-over they have not
-        // acknowledged yet.
-        std::map<std::uint32_t, std::uint64_t> copied;
-        std::set<std::uint32_t> handing_to;
         // Bytes of the requests in `held_back`.
         std::uint64_t held_back_bytes = 0;
         // Copies down this server's chain whose end the chain has not acknowledged yet,
@@ -612,44 +568,14 @@ private:
         bool copy_failed = false;
         // The plan version a replica refused as outdated: no writes until a newer one.
         std::optional<std::uint64_t> outdated;
-        // The update ids of the pushes applied or held here, newest last (a window), each
-        // with the primary whose rows it changed: the pieces of one push split over
-        // several servers share its id, and one may reach a server as a replica update
-        // of another piece's server.
-        std::unordered_set<std::uint64_t> applied_ids;
-        std::deque<std::uint64_t> applied_order;
-        static constexpr std::size_t max_remembered = std::size_t{1} << 18;
+        // The update ids of the pushes applied or held here, so that a resent push
+        // applies once.
+        detail::update_window applied;
 
-        static std::uint64_t update_key(std::uint64_t id, std::uint32_t primary) noexcept {
-            return id ^ ((std::uint64_t{primary} + 1) * 0x9e3779b97f4a7c15ULL);
-        }
-        bool applied_before(std::uint64_t id, std::uint32_t primary) const {
-            return id != 0 && applied_ids.count(update_key(id, primary)) != 0;
-        }
         /// The primary whose rows push `h` changes: this server for a worker's push or an
         /// update it learns as a joining server, else the replica update's primary.
         std::uint32_t primary_of_update(const wire::message_header& h) const {
             return detail::from_server(h) && !learns_from(h.receiver) ? h.receiver : opts.node_id;
-        }
-        void remember(std::uint64_t id, std::uint32_t primary) {
-            if (id == 0) {
-                return;
-            }
-            id = update_key(id, primary);
-            if (!applied_ids.insert(id).second) {
-                return;
-            }
-            applied_order.push_back(id);
-            if (applied_order.size() > max_remembered) {
-                applied_ids.erase(applied_order.front());
-                applied_order.pop_front();
-            }
-        }
-        /// Forgets update `id` of `primary` again: its push was not applied after all.
-        void forget_update(std::uint64_t id, std::uint32_t primary) {
-            if (id != 0) {
-                applied_ids.erase(update_key(id, primary)); // (its place in the window stays)
-            }
         }
         std::vector<bool> departed_all; // workers gone from every table, also future ones
 
@@ -721,7 +647,7 @@ private:
             }
             if (failed) {
                 std::lock_guard server(mutex);
-                forget_update(work->request.header.update_id, work->primary);
+                applied.forget(work->request.header.update_id, work->primary);
             }
             send(out);
             if (refused) {
@@ -751,7 +677,7 @@ private:
                 return false;
             }
             std::error_code ec;
-            return !push || (teaching.empty() &&
+            return !push || (moves.learners().empty() &&
                              next_hop(opts.node_id, it->second.replicas, ec) == nullptr && !ec);
         }
 
@@ -840,7 +766,7 @@ private:
         /// Whether request `h` waits: it was sent under a newer view (`ahead`), or it is a
         /// worker's and this server waits for the hand-over of keys it took over.
         bool waits(const wire::message_header& h) const {
-            return ahead(h) || (!detail::from_server(h) && !awaiting_handover.empty());
+            return ahead(h) || (!detail::from_server(h) && moves.awaiting_hand_over());
         }
 
         /// Whether requests from `c` wait for a newer view (the ones after them wait too,
@@ -986,119 +912,16 @@ private:
         }
 
         /// Whether server `id` is on some chain of the plan, or joins.
-        bool in_plan(std::uint32_t id) const { return peer_of(id) != nullptr; }
-
-        /// The server with id `id` on a chain or among the learners of the plan, or null.
-        const replication_plan::peer* peer_of(std::uint32_t id) const {
-            for (const auto& [primary, chain] : plan.chains) {
-                for (const auto& p : chain) {
-                    if (p.id == id) {
-                        return &p;
-                    }
-                }
-            }
-            for (const auto& p : plan.learners) {
-                if (p.id == id) {
-                    return &p;
-                }
-            }
-            return nullptr;
-        }
-
-        /// Plan `p`'s partitions that move while servers join: away from server `id` (by
-        /// the server they move to), or to it (`to`: by the server they move from).
-        static std::map<std::uint32_t, std::vector<std::uint32_t>>
-        moving(const replication_plan& p, std::uint32_t id, bool to) {
-            std::map<std::uint32_t, std::vector<std::uint32_t>> out;
-            const std::size_t n = std::min(p.primaries.size(), p.next_primaries.size());
-            for (std::size_t i = 0; i < n; ++i) {
-                const auto from = p.primaries[i];
-                const auto next = p.next_primaries[i];
-                if (from != next && (to ? next : from) == id) {
-                    out[to ? from : next].push_back(static_cast<std::uint32_t>(i));
-                }
-            }
-            return out;
-        }
-        static auto moving_from(const replication_plan& p, std::uint32_t id) {
-            return moving(p, id, false);
-        }
-        static auto moving_to(const replication_plan& p, std::uint32_t id) {
-            return moving(p, id, true);
-        }
+        bool in_plan(std::uint32_t id) const { return peer_of(plan, id) != nullptr; }
 
         /// Whether this server takes updates from primary `origin` as its learner: it
         /// learns partitions of it, or waits for its hand-over of them.
-        bool learns_from(std::uint32_t origin) const {
-            return learning.count(origin) != 0 || awaiting_handover.count(origin) != 0;
-        }
-
-        /// The keys of `m` for which `keep(key)` holds, with their rows (`h.width` values
-        /// each), as a key list (key runs are expanded). @throws std::bad_alloc
-        template <typename Keep>
-        static wire::message filtered(const wire::message& m, Keep keep) {
-            const auto& h = m.header;
-            const std::size_t ks = wire::size_of(h.key_type);
-            const std::size_t row = std::size_t{h.width} * wire::size_of(h.value_type);
-            const auto bytes = m.keys().span();
-            const auto values = m.values().span();
-            const bool has_values = !values.empty();
-            std::vector<std::byte> keys;
-            std::vector<std::byte> rows;
-            std::uint64_t count = 0;
-            std::uint64_t lo = ~std::uint64_t{0};
-            std::uint64_t hi = 0;
-            auto key_at = [&](std::size_t i) {
-                std::uint64_t k = 0;
-                std::memcpy(&k, bytes.data() + i * ks, ks); // little-endian
-                return k;
-            };
-            std::size_t index = 0; // the key's position in the request: its row
-            auto visit = [&](std::uint64_t k) {
-                if (keep(k)) {
-                    const auto at = keys.size();
-                    keys.resize(at + ks);
-                    std::memcpy(keys.data() + at, &k, ks);
-                    if (has_values && (index + 1) * row <= values.size()) {
-                        rows.insert(
-                            rows.end(), values.begin() + static_cast<std::ptrdiff_t>(index * row),
-                            values.begin() + static_cast<std::ptrdiff_t>((index + 1) * row));
-                    }
-                    ++count;
-                    lo = std::min(lo, k);
-                    hi = std::max(hi, k);
-                }
-                ++index;
-            };
-            const std::size_t n = bytes.size() / ks;
-            if ((h.flags & wire::flag_key_runs) == 0) {
-                for (std::size_t i = 0; i < n; ++i) {
-                    visit(key_at(i));
-                }
-            } else {
-                for (std::size_t i = 0; i + 1 < n; i += 2) {
-                    for (std::uint64_t k = key_at(i); k < key_at(i + 1); ++k) {
-                        visit(k);
-                    }
-                }
-            }
-            wire::message out;
-            out.header = h;
-            out.header.flags &= static_cast<std::uint8_t>(~wire::flag_key_runs);
-            out.header.key_count = count;
-            out.header.range_begin = count == 0 ? h.range_begin : lo;
-            out.header.range_end = count == 0 ? h.range_begin : hi + 1;
-            out.set_segment(wire::keys_segment, shared_bytes::copy_of(keys));
-            if (has_values) {
-                out.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
-            }
-            return out;
-        }
+        bool learns_from(std::uint32_t origin) const { return moves.learns_from(origin); }
 
         /// Sends learner `to` the keys of update `m` (applied here) that move to it.
         void teach_update(std::uint32_t to, const wire::message& m, detail::push_kind kind,
                           std::function<void(std::error_code)> done) {
-            const auto* peer = peer_of(to);
+            const auto* peer = peer_of(plan, to);
             if (!peer) {
                 if (done) {
                     asio::post(executor, [done = std::move(done)] {
@@ -1107,7 +930,7 @@ private:
                 }
                 return;
             }
-            auto part = filtered(m, [&](std::uint64_t k) {
+            auto part = detail::filtered(m, [&](std::uint64_t k) {
                 const auto p = plan.partition_of(k);
                 return p < plan.next_primaries.size() && p < plan.primaries.size() &&
                        plan.primaries[p] == opts.node_id && plan.next_primaries[p] == to;
@@ -1118,7 +941,7 @@ private:
                 }
                 return;
             }
-            forward(*peer, opts.node_id, std::move(part), kind, std::move(done));
+            replication.forward(*peer, opts.node_id, std::move(part), kind, std::move(done));
         }
 
         /// After a new plan, for servers joining: as a primary, copies the partitions that
@@ -1131,31 +954,17 @@ private:
             const auto self = opts.node_id;
             // Trim held pushes of keys that moved away (their workers resend those keys
             // to the new owner, as the durable clock told them nothing of them).
-            bool shrank = false;
-            for (std::size_t p = 0; p < old.primaries.size() && !shrank; ++p) {
-                shrank = old.primaries[p] == self &&
-                         (p >= plan.primaries.size() || plan.primaries[p] != self);
-            }
-            if (shrank && old.version != 0 && holds_keys) {
+            if (gives_up(old, plan, self) && old.version != 0 && holds_keys) {
                 for (auto& [id, s] : tables) {
                     trim_held(s);
                 }
             }
-            // The hand-over: partitions taught to a learner that is now their primary.
-            for (const auto& [learner, parts] : teaching) {
-                const auto to = learner; // captured below (a structured binding cannot be)
-                const bool now_its =
-                    !parts.empty() && std::all_of(parts.begin(), parts.end(), [&](std::uint32_t p) {
-                        return p < plan.primaries.size() && plan.primaries[p] == to;
-                    });
-                if (!now_its || !peer_of(to)) {
-                    continue;
-                }
-                if (teach_failed.erase(to) != 0) {
+            auto next = moves.follow(old, plan, self);
+            for (const auto& [to, parts, copy_again] : next.hand_overs) {
+                if (copy_again) {
                     // Something it was sent did not arrive: the rows again, as they are now.
                     copy_moving(to, parts, 0, 0);
                 }
-                handing_to.insert(to);
                 hand_over(to, parts, handover_attempts);
                 if (log) {
                     log(log_level::info, "petrel server " + std::to_string(self) + ": handed " +
@@ -1163,46 +972,9 @@ private:
                                              " partitions over to server " + std::to_string(to));
                 }
             }
-            // Teaching: copy to the learners of this plan whose partitions are new.
-            auto now = moving_from(plan, self);
-            for (const auto& [to, parts] : now) {
-                const auto was = teaching.find(to);
-                if ((was != teaching.end() && was->second == parts) || !peer_of(to)) {
-                    continue;
-                }
-                teach_failed.erase(to);
-                copied.erase(to);
+            for (const auto& [to, parts] : next.copies) {
                 copy_moving(to, parts, plan.version, copy_attempts);
             }
-            teaching = std::move(now);
-            std::erase_if(copied, [&](const auto& e) { return teaching.count(e.first) == 0; });
-            std::erase_if(handing_to, [&](std::uint32_t to) { return !in_plan(to); });
-            // Learning: the primaries that teach this server under this plan.
-            const auto sources = moving_to(plan, self);
-            const auto before = moving_to(old, self);
-            std::map<std::uint32_t, lesson> learn;
-            for (const auto& [from, parts] : sources) {
-                const auto b = before.find(from);
-                const auto l = learning.find(from);
-                if (b != before.end() && b->second == parts && l != learning.end()) {
-                    learn[from] = l->second; // the same partitions: the copy stands
-                } else {
-                    learn[from] = lesson{plan.version, false};
-                }
-            }
-            // Primaries whose taught partitions this plan makes this server's: their last
-            // updates may still be on the way; workers wait for their hand-over.
-            for (const auto& [from, parts] : before) {
-                const bool mine = std::all_of(parts.begin(), parts.end(), [&](std::uint32_t p) {
-                    return p < plan.primaries.size() && plan.primaries[p] == self;
-                });
-                if (mine && sources.count(from) == 0 && in_plan(from)) {
-                    awaiting_handover.insert(from);
-                }
-            }
-            // A teacher that is no longer alive (not in the plan) sends no hand-over.
-            std::erase_if(awaiting_handover, [&](std::uint32_t from) { return !in_plan(from); });
-            learning = std::move(learn);
         }
 
         static constexpr int copy_attempts = 3;
@@ -1214,7 +986,7 @@ private:
             return [weak = self, to](std::error_code ec) {
                 if (auto st = ec ? weak.lock() : nullptr) {
                     locked lock(*st);
-                    st->teach_failed.insert(to);
+                    st->moves.failed(to);
                 }
             };
         }
@@ -1224,7 +996,7 @@ private:
         /// while `to` still learns the same partitions.
         void copy_moving(std::uint32_t to, const std::vector<std::uint32_t>& parts,
                          std::uint64_t plan_version, int attempts) {
-            const auto* peer = peer_of(to);
+            const auto* peer = peer_of(plan, to);
             if (!peer) {
                 return;
             }
@@ -1239,7 +1011,7 @@ private:
                         id, s, *peer, [&](std::uint32_t p) { return moving.count(p) != 0; },
                         taught(to));
                 } catch (const std::bad_alloc&) {
-                    teach_failed.insert(to);
+                    moves.failed(to);
                     if (log) {
                         log(log_level::error, "petrel server " + std::to_string(self_id) +
                                                   ": no memory to copy table " +
@@ -1256,64 +1028,59 @@ private:
             end.header.flags = 0; // (the kind says what it is)
             end.header.worker = wire::no_worker;
             end.header.clock = plan_version; // the plan this copy was made for
-            forward(*peer, self_id, std::move(end), detail::push_kind::copy_end,
-                    [weak = self, to, parts, plan_version, attempts](std::error_code ec) {
-                        auto st = weak.lock();
-                        if (!st) {
-                            return;
-                        }
-                        locked lock(*st);
-                        const auto it = st->teaching.find(to);
-                        if (it == st->teaching.end() || it->second != parts) {
-                            return; // another plan moves other partitions to it
-                        }
-                        if (!ec) {
-                            st->copied[to] = plan_version; // it holds them as of the end
-                        } else if (attempts > 0) {
-                            st->copy_moving(to, parts, plan_version, attempts - 1);
-                        }
-                    });
+            replication.forward(
+                *peer, self_id, std::move(end), detail::push_kind::copy_end,
+                [weak = self, to, parts, plan_version, attempts](std::error_code ec) {
+                    auto st = weak.lock();
+                    if (!st) {
+                        return;
+                    }
+                    locked lock(*st);
+                    if (st->moves.copy_answered(to, parts, plan_version, !ec) && attempts > 0) {
+                        st->copy_moving(to, parts, plan_version, attempts - 1);
+                    }
+                });
         }
 
         /// Tells learner `to` that this server sent its last update of the partitions it
         /// taught it (sent again up to `attempts` times while `to` is in the plan).
         void hand_over(std::uint32_t to, const std::vector<std::uint32_t>& parts, int attempts) {
-            const auto* peer = peer_of(to);
+            const auto* peer = peer_of(plan, to);
             if (!peer) {
-                handing_to.erase(to); // it left the plan: nobody waits for it
+                moves.hand_over_dropped(to); // it left the plan: nobody waits for it
                 return;
             }
             wire::message end;
             end.header.kind = wire::message_kind::push;
             end.header.flags = 0;
             end.header.worker = wire::no_worker;
-            forward(*peer, opts.node_id, std::move(end), detail::push_kind::hand_over,
-                    [weak = self, to, parts, attempts](std::error_code ec) {
-                        auto st = weak.lock();
-                        if (!st) {
-                            return;
-                        }
-                        locked lock(*st);
-                        if (!ec || attempts == 0) {
-                            st->handing_to.erase(to);
-                        }
-                        if (!ec) {
-                            return;
-                        }
-                        if (attempts > 0) {
-                            // Not handed over yet, so it still learns: what it was sent and
-                            // did not get (the same connection failed) goes again first.
-                            if (st->teach_failed.erase(to) != 0) {
-                                st->copy_moving(to, parts, 0, 0);
-                            }
-                            st->hand_over(to, parts, attempts - 1);
-                        } else if (st->log) {
-                            st->log(log_level::error,
-                                    "petrel server " + std::to_string(st->opts.node_id) +
-                                        ": the hand-over to server " + std::to_string(to) +
-                                        " failed (" + ec.message() + ")");
-                        }
-                    });
+            replication.forward(*peer, opts.node_id, std::move(end), detail::push_kind::hand_over,
+                                [weak = self, to, parts, attempts](std::error_code ec) {
+                                    auto st = weak.lock();
+                                    if (!st) {
+                                        return;
+                                    }
+                                    locked lock(*st);
+                                    st->moves.hand_over_answered(to, !ec, attempts == 0);
+                                    if (!ec) {
+                                        return;
+                                    }
+                                    if (attempts > 0) {
+                                        // Not handed over yet, so it still learns: what it was sent
+                                        // and did not get (the same connection failed) goes again
+                                        // first.
+                                        if (st->moves.take_failed(to)) {
+                                            st->copy_moving(to, parts, 0, 0);
+                                        }
+                                        st->hand_over(to, parts, attempts - 1);
+                                    } else if (st->log) {
+                                        st->log(
+                                            log_level::error,
+                                            "petrel server " + std::to_string(st->opts.node_id) +
+                                                ": the hand-over to server " + std::to_string(to) +
+                                                " failed (" + ec.message() + ")");
+                                    }
+                                });
         }
 
         /// Drops from the held pushes of `s` the keys this server is no longer the primary
@@ -1328,9 +1095,9 @@ private:
                 s.held_bytes -= bytes_of(w.request);
                 wire::message part;
                 try {
-                    part = filtered(w.request, [&](std::uint64_t k) {
+                    part = detail::filtered(w.request, [&](std::uint64_t k) {
                         const auto p = plan.partition_of(k);
-                        return p < plan.primaries.size() && plan.primaries[p] == opts.node_id;
+                        return primary_of_partition(plan, opts.node_id, p);
                     });
                 } catch (const std::bad_alloc&) {
                     // Kept whole (its moved keys are applied here too, to rows nobody
@@ -1349,83 +1116,11 @@ private:
             }
         }
 
-        /// The server after this one on the chain of primary `origin`, for a table of
-        /// `replicas` copies; null at the chain's tail. A replica update from a primary
-        /// whose chain does not hold this server gets `errc::stale_view`.
+        /// The server after this one on the chain of primary `origin` (see
+        /// `petrel::next_hop`).
         const replication_plan::peer* next_hop(std::uint32_t origin, std::uint32_t replicas,
                                                std::error_code& ec) const {
-            auto it = plan.chains.find(origin);
-            const bool primary = origin == opts.node_id;
-            if (it == plan.chains.end()) {
-                if (!primary) {
-                    ec = errc::stale_view;
-                }
-                return nullptr;
-            }
-            const auto& chain = it->second;
-            std::size_t at = 0;
-            while (at < chain.size() && chain[at].id != opts.node_id) {
-                ++at;
-            }
-            if (at == chain.size() || (at == 0) != primary) {
-                ec = errc::stale_view;
-                return nullptr;
-            }
-            const std::size_t tail = std::min<std::size_t>(replicas, chain.size() - 1);
-            return at < tail ? &chain[at + 1] : nullptr;
-        }
-
-        /// Sends `update` (an update this server applied) to `next` on the chain of primary
-        /// `origin`, and calls `done` once `next` has applied it, or with the error that
-        /// ended the wait (logged: the update lives on fewer copies; `errc::stale_view`
-        /// when `next` no longer takes this server's updates: this server's view is out of
-        /// date). Called under the lock, so that updates leave in the order they were
-        /// applied.
-        void forward(const replication_plan::peer& next, std::uint32_t origin, wire::message update,
-                     detail::push_kind kind, std::function<void(std::error_code)> done) {
-            const auto found = links.find(next.id);
-            if (found == links.end()) {
-                if (log) {
-                    log(log_level::error, "petrel server " + std::to_string(opts.node_id) +
-                                              ": no link to server " + std::to_string(next.id));
-                }
-                if (done) {
-                    // Not here: `done` may take the lock this call is made under.
-                    asio::post(executor, [done = std::move(done)] {
-                        done(make_error_code(errc::node_failed));
-                    });
-                }
-                return;
-            }
-            const auto link = found->second;
-            auto& h = update.header;
-            h.kind = wire::message_kind::push;
-            h.flags = detail::flags_of(kind, h.flags);
-            h.sender = opts.node_id;
-            h.receiver = origin;
-            h.view = plan.version;
-            h.status = 0;
-            h.encoding = 0;
-            h.key_list_id = plan.secret; // from a server of the job (see on_push)
-            h.key_list_digest = 0;
-            h.clocks.clear();
-            update.segments[wire::lengths_segment] = {};
-            h.segment_bytes[wire::lengths_segment] = 0;
-            link->request(
-                std::move(update),
-                [done = std::move(done), log = log, self = opts.node_id, to = next.id,
-                 table = h.table_id](std::error_code ec, wire::message&&) {
-                    if (ec && log) {
-                        log(log_level::warning,
-                            "petrel server " + std::to_string(self) + ": server " +
-                                std::to_string(to) + " did not apply a replica update of table " +
-                                std::to_string(table) + " (" + ec.message() + ")" +
-                                (ec == errc::stale_view ? "" : "; it lives on fewer copies"));
-                    }
-                    if (done) {
-                        done(ec);
-                    }
-                });
+            return petrel::next_hop(plan, opts.node_id, origin, replicas, ec);
         }
 
         /// A push: applied here, or (with `work`: `shares` said so) decided here and
@@ -1500,7 +1195,7 @@ private:
                 out.emplace_back(c, refusal(h, wire::message_kind::push_reply, ec));
                 return;
             }
-            remember(h.update_id, primary_of_update(h));
+            applied.remember(h.update_id, primary_of_update(h));
             if (ordered) {
                 s->held_bytes += bytes_of(m);
                 // Acknowledged now: the held push needs no connection any more.
@@ -1526,8 +1221,8 @@ private:
                 reply.header.clocks = s->gate.entries(range_of(h), max_entries());
                 reply.header.clock = durable_for(*s, h);
             }
-            if (!replica && !ordered && !teaching.empty()) {
-                for (const auto& [to, parts] : teaching) {
+            if (!replica && !ordered) {
+                for (const auto& [to, parts] : moves.learners()) {
                     try {
                         teach_update(to, m, detail::push_kind::replica_update, taught(to));
                     } catch (const std::bad_alloc&) {
@@ -1542,36 +1237,38 @@ private:
             }
             if (next) {
                 // Acknowledged once the rest of the chain has applied it.
-                forward(*next, origin, std::move(m), detail::forwarded(kind),
-                        [c, reply = std::make_shared<wire::message>(std::move(reply)), weak = self,
-                         version = plan.version](std::error_code ec) {
-                            if (ec == errc::shut_down) {
-                                // This server is closing before its chain answered: no
-                                // acknowledgement; the worker sends the push again elsewhere.
-                                c->close();
-                                return;
-                            }
-                            bool stale = ec == errc::stale_view;
-                            if (auto st = weak.lock(); st && ec) {
-                                locked lock(*st);
-                                if (stale) {
-                                    // The chain moved on without this server: it takes no
-                                    // more writes until a newer view reaches it.
-                                    st->outdated = std::max(st->outdated.value_or(0), version);
-                                }
-                                // A replica that failed does not hold the push back, unless
-                                // this server has meanwhile handed its keys over: then the
-                                // push lives on no copy that lasts.
-                                stale = stale || !st->holds_keys;
-                            }
-                            if (stale) {
-                                // The worker sends the push to the owner its newer view
-                                // names (which applies it once, by its update id).
-                                reply->header.status = status_of(errc::stale_view);
-                                reply->header.clocks.clear();
-                            }
-                            c->send(std::move(*reply));
-                        });
+                replication.forward(*next, origin, std::move(m), detail::forwarded(kind),
+                                    [c, reply = std::make_shared<wire::message>(std::move(reply)),
+                                     weak = self, version = plan.version](std::error_code ec) {
+                                        if (ec == errc::shut_down) {
+                                            // This server is closing before its chain answered: no
+                                            // acknowledgement; the worker sends the push again
+                                            // elsewhere.
+                                            c->close();
+                                            return;
+                                        }
+                                        bool stale = ec == errc::stale_view;
+                                        if (auto st = weak.lock(); st && ec) {
+                                            locked lock(*st);
+                                            if (stale) {
+                                                // The chain moved on without this server: it takes
+                                                // no more writes until a newer view reaches it.
+                                                st->outdated =
+                                                    std::max(st->outdated.value_or(0), version);
+                                            }
+                                            // A replica that failed does not hold the push back,
+                                            // unless this server has meanwhile handed its keys
+                                            // over: then the push lives on no copy that lasts.
+                                            stale = stale || !st->holds_keys;
+                                        }
+                                        if (stale) {
+                                            // The worker sends the push to the owner its newer view
+                                            // names (which applies it once, by its update id).
+                                            reply->header.status = status_of(errc::stale_view);
+                                            reply->header.clocks.clear();
+                                        }
+                                        c->send(std::move(*reply));
+                                    });
                 return;
             }
             if (work) {
@@ -1589,63 +1286,7 @@ private:
         /// `errc::stale_view`, and the worker sends them where its newer view says; a
         /// replica refuses updates of keys whose primary moved.
         bool primary_of(const wire::message& m, std::uint32_t self) const {
-            if (!plan.partition_of || plan.primaries.empty() ||
-                (self == opts.node_id && all_mine)) {
-                return true;
-            }
-            auto mine = [&](std::uint64_t k) {
-                const auto p = plan.partition_of(k);
-                return p < plan.primaries.size() && plan.primaries[p] == self;
-            };
-            const auto& h = m.header;
-            const auto bytes = m.keys().span();
-            const std::size_t ks = wire::size_of(h.key_type);
-            const std::size_t n = bytes.size() / ks;
-            auto key_at = [&](std::size_t i) {
-                std::uint64_t k = 0;
-                std::memcpy(&k, bytes.data() + i * ks, ks); // little-endian
-                return k;
-            };
-            if ((h.flags & wire::flag_key_runs) == 0) {
-                for (std::size_t i = 0; i < n; ++i) {
-                    if (!mine(key_at(i))) {
-                        return false;
-                    }
-                }
-                return true;
-            }
-            const std::uint64_t stripe = std::max<std::uint64_t>(plan.stripe_keys, 1);
-            // So many stripes reach every partition (in one run or over all of them): all
-            // must be this server's. Bounds the work a request can cause under the lock.
-            std::uint64_t budget = 8 * plan.primaries.size();
-            auto all = [&] {
-                return std::all_of(plan.primaries.begin(), plan.primaries.end(),
-                                   [self](std::uint32_t p) { return p == self; });
-            };
-            for (std::size_t i = 0; i + 1 < n; i += 2) {
-                const std::uint64_t b = key_at(i);
-                const std::uint64_t e = key_at(i + 1);
-                if (b >= e) {
-                    continue;
-                }
-                if ((e - 1) / stripe - b / stripe >= budget) {
-                    return all();
-                }
-                for (std::uint64_t k = b; k < e;) {
-                    if (budget-- == 0) {
-                        return all();
-                    }
-                    if (!mine(k)) {
-                        return false;
-                    }
-                    const std::uint64_t next = (k / stripe + 1) * stripe;
-                    if (next <= k) {
-                        break; // the top of the key space
-                    }
-                    k = next;
-                }
-            }
-            return true;
+            return (self == opts.node_id && all_mine) || detail::primary_of_keys(plan, m, self);
         }
 
         /// The table's durable clock: every push of the clocks below it is applied here and
@@ -1653,7 +1294,7 @@ private:
         /// that workers keep their ordered pushes until then (and resend them elsewhere if
         /// this server fails first).
         std::uint64_t durable(const table_slot& s) const {
-            if (!holds_keys || !awaiting_handover.empty()) {
+            if (!holds_keys || moves.awaiting_hand_over()) {
                 // Handed its keys over (nothing applied here lasts), or taking keys over
                 // whose last updates are still on their way (what it holds back is not
                 // applied yet).
@@ -1681,23 +1322,20 @@ private:
             const auto kind = detail::push_kind_of(h); // copy_end or hand_over
             if (learns_from(h.receiver)) {
                 if (kind == detail::push_kind::hand_over) {
-                    awaiting_handover.erase(h.receiver);
-                    learning.erase(h.receiver);
+                    const bool all = moves.handed_over(h.receiver);
                     if (log) {
                         log(log_level::info, "petrel server " + std::to_string(opts.node_id) +
                                                  ": server " + std::to_string(h.receiver) +
                                                  " handed its partitions over");
                     }
-                    if (awaiting_handover.empty()) {
-                        if (copy_after_handover) {
-                            copy_after_handover = false;
+                    if (all) {
+                        if (moves.take_chain_copy()) {
                             copy_down_chain();
                         }
                         resume(out);
                     }
-                } else if (auto it = learning.find(h.receiver);
-                           it != learning.end() && h.clock >= it->second.since) {
-                    it->second.done = true;
+                } else {
+                    moves.copy_ended(h.receiver, h.clock);
                 }
                 out.emplace_back(c, reply_to(h, wire::message_kind::push_reply));
                 return;
@@ -1711,54 +1349,21 @@ private:
             syncing.erase(h.receiver);
             auto reply = reply_to(h, wire::message_kind::push_reply);
             if (next) {
-                forward(*next, h.receiver, std::move(m), kind,
-                        [c, reply = std::make_shared<wire::message>(std::move(reply))](
-                            std::error_code ec) {
-                            if (ec == errc::shut_down) {
-                                c->close(); // closing: the copy is not known to be whole
-                                return;
-                            }
-                            reply->header.status =
-                                status_of(ec == errc::stale_view ? ec : std::error_code{});
-                            c->send(std::move(*reply));
-                        });
+                replication.forward(
+                    *next, h.receiver, std::move(m), kind,
+                    [c, reply =
+                            std::make_shared<wire::message>(std::move(reply))](std::error_code ec) {
+                        if (ec == errc::shut_down) {
+                            c->close(); // closing: the copy is not known to be whole
+                            return;
+                        }
+                        reply->header.status =
+                            status_of(ec == errc::stale_view ? ec : std::error_code{});
+                        c->send(std::move(*reply));
+                    });
                 return;
             }
             out.emplace_back(c, std::move(reply));
-        }
-
-        /// Drops from `t` the rows this server holds as a replica (their primary saves
-        /// them, and a replica's copy may lag a clock behind).
-        void keep_primary_rows(shard_table& t) const {
-            if (!plan.partition_of || plan.primaries.empty()) {
-                return; // no replication plan: every row is this server's
-            }
-            const std::size_t ks = wire::size_of(t.key_type);
-            const std::size_t vs = wire::size_of(t.value_type);
-            const std::size_t row = t.width * vs;
-            const std::size_t state = t.state_width * vs;
-            std::uint64_t kept = 0;
-            for (std::uint64_t r = 0; r < t.rows; ++r) {
-                std::uint64_t key = 0;
-                std::memcpy(&key, t.keys.data() + r * ks, ks); // little-endian
-                const auto p = plan.partition_of(key);
-                if (p >= plan.primaries.size() || plan.primaries[p] != opts.node_id) {
-                    continue;
-                }
-                if (kept != r) {
-                    std::memmove(t.keys.data() + kept * ks, t.keys.data() + r * ks, ks);
-                    std::memmove(t.values.data() + kept * row, t.values.data() + r * row, row);
-                    if (state > 0) {
-                        std::memmove(t.state.data() + kept * state, t.state.data() + r * state,
-                                     state);
-                    }
-                }
-                ++kept;
-            }
-            t.rows = kept;
-            t.keys.resize(kept * ks);
-            t.values.resize(kept * row);
-            t.state.resize(kept * state);
         }
 
         /// Whether push `h` was applied here before: its update id was seen for the same
@@ -1768,8 +1373,8 @@ private:
         bool duplicate(const table_slot& s, const wire::message_header& h) const {
             const auto kind = detail::push_kind_of(h);
             const bool resent = (h.flags & wire::flag_resent) != 0 && !detail::from_server(kind);
-            if (applied_before(h.update_id, primary_of_update(h)) ||
-                (resent && applied_before(h.update_id, h.receiver))) {
+            if (applied.contains(h.update_id, primary_of_update(h)) ||
+                (resent && applied.contains(h.update_id, h.receiver))) {
                 return true;
             }
             if (resent && kind == detail::push_kind::worker_ordered) {
@@ -1797,31 +1402,10 @@ private:
                 return h.key_type != t.key_type() ? errc::key_type_mismatch
                                                   : errc::value_type_mismatch;
             }
-            if (h.width != t.width() + state) {
-                return errc::width_mismatch;
-            }
             try {
                 shard_table rows;
-                rows.table_id = h.table_id;
-                rows.key_type = h.key_type;
-                rows.value_type = h.value_type;
-                rows.width = t.width();
-                rows.state_width = state;
-                rows.rows = h.key_count;
-                const auto keys = m.keys().span();
-                rows.keys.assign(keys.begin(), keys.end());
-                const std::size_t vs = wire::size_of(h.value_type);
-                const std::size_t stride = std::size_t{h.width} * vs;
-                const auto values = m.values().span();
-                rows.values.resize(h.key_count * t.width() * vs);
-                rows.state.resize(h.key_count * state * vs);
-                for (std::uint64_t r = 0; r < h.key_count; ++r) {
-                    const auto* row = values.data() + r * stride;
-                    std::memcpy(rows.values.data() + r * t.width() * vs, row, t.width() * vs);
-                    if (state > 0) {
-                        std::memcpy(rows.state.data() + r * state * vs, row + t.width() * vs,
-                                    state * vs);
-                    }
+                if (auto ec = detail::rows_of_copy(m, t.width(), state, rows)) {
+                    return ec;
                 }
                 t.load(rows, [](std::uint64_t) { return true; });
             } catch (const std::bad_alloc&) {
@@ -1837,12 +1421,7 @@ private:
         /// they get `errc::stale_view`, and the workers send them to the new owners.
         void refuse_moved_reads(const replication_plan& old, outbox& out) {
             const auto self = opts.node_id;
-            bool moved = false;
-            for (std::size_t p = 0; p < old.primaries.size() && !moved; ++p) {
-                moved = old.primaries[p] == self &&
-                        (p >= plan.primaries.size() || plan.primaries[p] != self);
-            }
-            if (old.version == 0 || !moved) {
+            if (old.version == 0 || !gives_up(old, plan, self)) {
                 return;
             }
             for (auto& [id, s] : tables) {
@@ -1868,16 +1447,7 @@ private:
         void follow_chains(const replication_plan& old) {
             const auto self = opts.node_id;
             auto in_chain = [self](const replication_plan& p, std::uint32_t primary) {
-                auto c = p.chains.find(primary);
-                if (c == p.chains.end()) {
-                    return false;
-                }
-                for (std::size_t i = 1; i < c->second.size(); ++i) {
-                    if (c->second[i].id == self) {
-                        return true;
-                    }
-                }
-                return false;
+                return replicates(p, primary, self);
             };
             if (old.version == 0) {
                 return; // the job's first plan: nothing stored yet, every copy is whole
@@ -1898,8 +1468,7 @@ private:
                 if (from == self) {
                     continue;
                 }
-                if (const auto l = learning.find(from);
-                    taught.count(from) != 0 && l != learning.end() && l->second.done) {
+                if (taught.count(from) != 0 && moves.taught_by(from)) {
                     continue; // it taught this server the partitions it hands over
                 }
                 if (!in_chain(old, from) || syncing.count(from) != 0) {
@@ -1924,13 +1493,12 @@ private:
 
         /// After a new plan: when this server's chain has new members or this server
         /// became the primary of more partitions, every row it is the primary of is copied
-        /// down its chain (in pieces of at most `transfer_bytes`), ahead of any later
+        /// down its chain (in pieces of at most `detail::copy_message_bytes`), ahead of any later
         /// update on the same links, so that each replica again holds what the primary
         /// holds.
         void rereplicate(const replication_plan& old, bool force = false) {
-            if (copy_after_handover && awaiting_handover.empty()) {
-                copy_after_handover = false; // the teachers left without a hand-over
-                force = true;
+            if (moves.take_chain_copy()) {
+                force = true; // deferred for hand-overs that no longer come
             }
             const auto self = opts.node_id;
             auto it = plan.chains.find(self);
@@ -1941,31 +1509,14 @@ private:
                 return;
             }
             const auto& chain = it->second;
-            auto ids = [](const replication_plan& p, std::uint32_t id) {
-                std::vector<std::uint32_t> out;
-                if (auto c = p.chains.find(id); c != p.chains.end()) {
-                    for (const auto& peer : c->second) {
-                        out.push_back(peer.id);
-                    }
-                }
-                return out;
-            };
-            bool grew = false;
-            for (std::size_t p = 0; p < plan.primaries.size(); ++p) {
-                if (plan.primaries[p] == self &&
-                    (p >= old.primaries.size() || old.primaries[p] != self)) {
-                    grew = true;
-                    break;
-                }
-            }
-            if (grew && !force && !awaiting_handover.empty()) {
+            const bool grew = gains(old, plan, self);
+            if (grew && !force && moves.defer_chain_copy()) {
                 // Keys taken over from primaries whose last updates are on their way: the
                 // copy follows their hand-over.
-                copy_after_handover = true;
                 return;
             }
-            const auto before = ids(old, self);
-            const auto now = ids(plan, self);
+            const auto before = chain_ids(old, self);
+            const auto now = chain_ids(plan, self);
             bool copied = false;
             const bool changed = force || grew || before != now;
             for (auto& [id, s] : tables) {
@@ -2006,27 +1557,27 @@ private:
                         covered[id].assign(s.unacked.begin(), s.unacked.end());
                     }
                 }
-                forward(chain[1], self, std::move(end), detail::push_kind::copy_end,
-                        [weak = this->self, covered = std::move(covered)](std::error_code ec) {
-                            if (auto st = weak.lock()) {
-                                locked lock(*st);
-                                --st->copying;
-                                st->copy_failed = st->copy_failed || ec;
-                                for (const auto& [id, clocks] : covered) {
-                                    auto it = st->tables.find(id);
-                                    if (ec || it == st->tables.end()) {
-                                        continue;
-                                    }
-                                    auto& q = it->second.unacked;
-                                    for (const auto c : clocks) {
-                                        if (auto at = std::find(q.begin(), q.end(), c);
-                                            at != q.end()) {
-                                            q.erase(at);
-                                        }
+                replication.forward(
+                    chain[1], self, std::move(end), detail::push_kind::copy_end,
+                    [weak = this->self, covered = std::move(covered)](std::error_code ec) {
+                        if (auto st = weak.lock()) {
+                            locked lock(*st);
+                            --st->copying;
+                            st->copy_failed = st->copy_failed || ec;
+                            for (const auto& [id, clocks] : covered) {
+                                auto it = st->tables.find(id);
+                                if (ec || it == st->tables.end()) {
+                                    continue;
+                                }
+                                auto& q = it->second.unacked;
+                                for (const auto c : clocks) {
+                                    if (auto at = std::find(q.begin(), q.end(), c); at != q.end()) {
+                                        q.erase(at);
                                     }
                                 }
                             }
-                        });
+                        }
+                    });
             }
         }
 
@@ -2034,14 +1585,10 @@ private:
         /// hand-overs of keys it took over from primaries that taught it them).
         void copy_down_chain() { rereplicate(plan, true); }
 
-        /// The most payload bytes of one transfer message.
-        static constexpr std::uint64_t transfer_bytes = std::uint64_t{4} << 20;
-
         /// Sends the rows of table `id` whose primary is this server to `next`, in pieces.
         void transfer(std::uint32_t id, table_slot& s, const replication_plan::peer& next) {
-            transfer(id, s, next, [&](std::uint32_t p) {
-                return p < plan.primaries.size() && plan.primaries[p] == opts.node_id;
-            });
+            transfer(id, s, next,
+                     [&](std::uint32_t p) { return primary_of_partition(plan, opts.node_id, p); });
         }
 
         /// Sends the rows of table `id` in the partitions `send(partition)` accepts.
@@ -2051,59 +1598,12 @@ private:
             const auto self = opts.node_id;
             const shard_table all = s.table->dump(id);
             const std::uint64_t applied = s.gate.completed(clock_gate<waiting>::all());
-            const std::size_t ks = wire::size_of(all.key_type);
-            const std::size_t vs = wire::size_of(all.value_type);
-            const std::size_t width = all.width;
-            const std::size_t state = all.state_width;
-            const std::size_t row_bytes = ks + (width + state) * vs;
-            const std::uint64_t per_message =
-                std::max<std::uint64_t>(1, transfer_bytes / row_bytes);
-            std::vector<std::uint64_t> mine;
-            for (std::uint64_t r = 0; r < all.rows; ++r) {
-                std::uint64_t key = 0;
-                std::memcpy(&key, all.keys.data() + r * ks, ks); // little-endian
-                if (send(plan.partition_of(key))) {
-                    mine.push_back(r);
-                }
-            }
-            std::size_t sent = 0;
-            for (std::size_t from = 0; from < mine.size(); from += per_message) {
-                const std::size_t n = std::min<std::size_t>(per_message, mine.size() - from);
-                std::vector<std::byte> keys(n * ks);
-                std::vector<std::byte> rows(n * (width + state) * vs);
-                std::uint64_t lo = ~std::uint64_t{0};
-                std::uint64_t hi = 0;
-                for (std::size_t j = 0; j < n; ++j) {
-                    const std::uint64_t r = mine[from + j];
-                    std::memcpy(keys.data() + j * ks, all.keys.data() + r * ks, ks);
-                    std::uint64_t key = 0;
-                    std::memcpy(&key, all.keys.data() + r * ks, ks);
-                    lo = std::min(lo, key);
-                    hi = std::max(hi, key);
-                    auto* row = rows.data() + j * (width + state) * vs;
-                    std::memcpy(row, all.values.data() + r * width * vs, width * vs);
-                    if (state > 0) {
-                        std::memcpy(row + width * vs, all.state.data() + r * state * vs,
-                                    state * vs);
-                    }
-                }
-                wire::message m;
-                m.header.kind = wire::message_kind::push;
-                m.header.flags = 0;
-                m.header.table_id = id;
-                m.header.key_type = all.key_type;
-                m.header.value_type = all.value_type;
-                m.header.width = static_cast<std::uint32_t>(width + state);
-                m.header.key_count = n;
-                m.header.range_begin = lo;
-                m.header.range_end = hi + 1;
-                m.header.worker = wire::no_worker;
-                m.header.clock = applied; // every clock below it is in these rows
-                m.set_segment(wire::keys_segment, shared_bytes::copy_of(keys));
-                m.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
-                forward(next, self, std::move(m), detail::push_kind::copy_rows, done);
-                sent += n;
-            }
+            const auto sent = detail::copy_rows(
+                all, applied, [&](std::uint64_t key) { return send(plan.partition_of(key)); },
+                [&](wire::message m) {
+                    replication.forward(next, self, std::move(m), detail::push_kind::copy_rows,
+                                        done);
+                });
             if (log && sent > 0) {
                 log(log_level::info, "petrel server " + std::to_string(self) + ": copying " +
                                          std::to_string(sent) + " rows of table " +
@@ -2120,7 +1620,7 @@ private:
         bool replicate_clock(table_slot& s, std::span<const wire::message* const> pushes) {
             std::error_code ec;
             const auto* next = next_hop(opts.node_id, s.replicas, ec);
-            if (!next && teaching.empty()) {
+            if (!next && moves.learners().empty()) {
                 return false;
             }
             s.table->apply_clock(pushes, s.mean);
@@ -2144,7 +1644,7 @@ private:
             // Joining servers learn the rows of the partitions that move to them; the clock
             // is durable once they have them too (whatever they answered: one that does
             // not answer does not join).
-            for (const auto& [to, parts] : teaching) {
+            for (const auto& [to, parts] : moves.learners()) {
                 s.unacked.push_back(clock);
                 auto acked = [weak = self, table, clock, failed = taught(to)](std::error_code ec) {
                     failed(ec);
@@ -2166,16 +1666,17 @@ private:
                 return true;
             }
             s.unacked.push_back(clock);
-            forward(*next, opts.node_id, std::move(rows), detail::push_kind::clock_rows,
-                    [weak = self, table, clock](std::error_code ec) {
-                        if (ec == errc::stale_view || ec == errc::shut_down) {
-                            // The chain's view no longer makes this server the primary (or
-                            // it is closing): the clock stays not durable here, so its
-                            // workers keep its pushes and send them to the new owner.
-                            return;
-                        }
-                        acknowledge(weak, table, clock);
-                    });
+            replication.forward(*next, opts.node_id, std::move(rows), detail::push_kind::clock_rows,
+                                [weak = self, table, clock](std::error_code ec) {
+                                    if (ec == errc::stale_view || ec == errc::shut_down) {
+                                        // The chain's view no longer makes this server the primary
+                                        // (or it is closing): the clock stays not durable here, so
+                                        // its workers keep its pushes and send them to the new
+                                        // owner.
+                                        return;
+                                    }
+                                    acknowledge(weak, table, clock);
+                                });
             return true;
         }
 
@@ -2521,7 +2022,8 @@ private:
             auto& t = j.rows;
             if (s.table) {
                 t = s.table->dump(h.table_id);
-                keep_primary_rows(t); // replicas' copies are their primaries' to save
+                detail::keep_rows_of(plan, opts.node_id,
+                                     t); // replicas' copies are their primaries' to save
             } else {
                 // Never pushed here: an empty shard of the request's types.
                 t.table_id = h.table_id;
@@ -2582,7 +2084,7 @@ private:
                 if (plan.partition_of && !plan.primaries.empty()) {
                     primary_rows = [this](std::uint64_t key) {
                         const auto p = plan.partition_of(key);
-                        return p < plan.primaries.size() && plan.primaries[p] == opts.node_id;
+                        return primary_of_partition(plan, opts.node_id, p);
                     };
                 }
                 try {
