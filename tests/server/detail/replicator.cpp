@@ -106,7 +106,12 @@ TEST_CASE("replicator: links to a plan's servers and stamps the updates it forwa
     }
     CHECK(forward_and_wait(r, plan.chains[1][1], 1, petrel::detail::push_kind::replica_update) ==
           petrel::errc::stale_view);
-    CHECK(log.all().find("did not apply a replica update of table 4") != std::string::npos);
+    CHECK(log.all().find("server 2 did not apply a replica update of table 4 (") !=
+          std::string::npos);
+    CHECK(forward_and_wait(r, plan.chains[1][1], 1, petrel::detail::push_kind::clock_rows) ==
+          petrel::errc::stale_view);
+    CHECK(log.all().find("server 2 did not apply the rows of a clock of table 4 (") !=
+          std::string::npos);
 
     // A server with no link: node_failed, and nothing sent.
     CHECK(forward_and_wait(r, {9, "nowhere"}, 1, petrel::detail::push_kind::replica_update) ==
@@ -125,7 +130,7 @@ TEST_CASE("replicator: links to a plan's servers and stamps the updates it forwa
     }
     {
         std::lock_guard lock(peer.mutex);
-        CHECK(peer.seen.size() == 3);
+        CHECK(peer.seen.size() == 4);
     }
     server_side.close();
     peer_side.close();

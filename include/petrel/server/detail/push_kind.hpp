@@ -95,24 +95,25 @@ enum class push_kind : std::uint8_t {
     return k == push_kind::worker || k == push_kind::worker_ordered ? push_kind::replica_update : k;
 }
 
+/// What a push of kind `k` is, in words, for log lines ("a replica update").
 [[nodiscard]] constexpr std::string_view name_of(push_kind k) noexcept {
     switch (k) {
     case push_kind::worker:
-        return "worker push";
+        return "a worker's push";
     case push_kind::worker_ordered:
-        return "ordered worker push";
+        return "an ordered worker's push";
     case push_kind::replica_update:
-        return "replica update";
+        return "a replica update";
     case push_kind::clock_rows:
-        return "clock rows";
+        return "the rows of a clock";
     case push_kind::copy_rows:
-        return "copy rows";
+        return "rows of a copy";
     case push_kind::copy_end:
-        return "end of copy";
+        return "the end of a copy";
     case push_kind::hand_over:
-        return "hand-over";
+        return "the hand-over";
     }
-    return "push";
+    return "a push";
 }
 
 } // namespace petrel::detail

@@ -127,20 +127,20 @@ public:
         h.clocks.clear();
         update.segments[wire::lengths_segment] = {};
         h.segment_bytes[wire::lengths_segment] = 0;
-        found->second->request(
-            std::move(update), [done = std::move(done), log = log_, self = self_, to = next.id,
-                                table = h.table_id](std::error_code ec, wire::message&&) {
-                if (ec && log) {
-                    log(log_level::warning,
-                        "petrel server " + std::to_string(self) + ": server " + std::to_string(to) +
-                            " did not apply a replica update of table " + std::to_string(table) +
-                            " (" + ec.message() + ")" +
-                            (ec == errc::stale_view ? "" : "; it lives on fewer copies"));
-                }
-                if (done) {
-                    done(ec);
-                }
-            });
+        found->second->request(std::move(update), [done = std::move(done), log = log_, self = self_,
+                                                   to = next.id, table = h.table_id,
+                                                   kind](std::error_code ec, wire::message&&) {
+            if (ec && log) {
+                log(log_level::warning,
+                    "petrel server " + std::to_string(self) + ": server " + std::to_string(to) +
+                        " did not apply " + std::string(name_of(kind)) + " of table " +
+                        std::to_string(table) + " (" + ec.message() + ")" +
+                        (ec == errc::stale_view ? "" : "; it lives on fewer copies"));
+            }
+            if (done) {
+                done(ec);
+            }
+        });
     }
 
 private:
