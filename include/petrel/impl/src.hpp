@@ -1,0 +1,11 @@
+// Petrel: the bodies of its non-template parts, for the one translation unit that compiles
+// them (see <petrel/core/config.hpp>).
+#pragma once
+
+#include <petrel/core/config.hpp>
+
+#if PETREL_HEADER_ONLY
+#error Define PETREL_SEPARATE_COMPILATION to compile <petrel/impl/src.hpp>
+#endif
+
+#include <petrel/server/impl/server_node.ipp>

@@ -1,0 +1,581 @@
+// Petrel: a server node: its interface, and the routing of requests by kind.
+#ifndef PETREL_SERVER_IMPL_SERVER_NODE_IPP
+#define PETREL_SERVER_IMPL_SERVER_NODE_IPP
+
+#include <petrel/server/detail/server_state.hpp>
+
+namespace petrel {
+
+PETREL_DECL server_node::server_node(any_transport transport, server_options opts)
+    : transport_(std::move(transport)), state_(std::make_shared<state>()) {
+    state_->opts = std::move(opts);
+    state_->self = state_;
+    state_->pool = transport_.pool();
+    state_->executor = transport_.get_executor();
+    state_->log = transport_.options().log;
+    state_->limits = transport_.options().limits;
+    state_->departed_all.assign(state_->opts.workers, false);
+    state_->replication =
+        detail::replicator(state_->executor, state_->log, state_->opts.replication_timeout);
+    if (!state_->opts.checkpoints) {
+        state_->opts.checkpoints = std::make_shared<checkpoint_writer>();
+    }
+}
+
+PETREL_DECL server_node::~server_node() {
+    close();
+    locked lock(*state_);
+    state_->replication.clear(); // the links hold callbacks that hold the state
+}
+
+PETREL_DECL std::string server_node::listen(std::string_view address) {
+    std::weak_ptr<state> weak = state_;
+    connection_handlers h;
+    h.on_message = [weak](const connection_ptr& c, wire::message&& m) {
+        if (auto s = weak.lock()) {
+            s->handle(c, std::move(m));
+        }
+    };
+    h.on_close = [weak](const connection_ptr& c, std::error_code) {
+        if (auto s = weak.lock()) {
+            s->forget(c);
+        }
+    };
+    return transport_.listen(address, std::move(h));
+}
+
+PETREL_DECL void server_node::close() {
+    std::vector<std::shared_ptr<detail::request_link>> links;
+    {
+        locked lock(*state_);
+        links = state_->replication.links();
+    }
+    for (auto& l : links) {
+        l->close();
+    }
+    transport_.close();
+}
+
+PETREL_DECL void server_node::replicate(replication_plan plan) {
+    std::vector<std::shared_ptr<detail::request_link>> gone;
+    outbox out;
+    {
+        locked lock(*state_);
+        if (plan.version <= state_->plan.version && state_->plan.version != 0) {
+            return;
+        }
+        auto old = std::move(state_->plan);
+        state_->plan = std::move(plan);
+        gone = state_->replication.follow(state_->plan, state_->opts.node_id, transport_);
+        state_->holds_keys = !state_->plan.partition_of ||
+                             std::find(state_->plan.primaries.begin(), state_->plan.primaries.end(),
+                                       state_->opts.node_id) != state_->plan.primaries.end();
+        state_->all_mine =
+            std::all_of(state_->plan.primaries.begin(), state_->plan.primaries.end(),
+                        [id = state_->opts.node_id](std::uint32_t p) { return p == id; });
+        {
+            const auto& now = state_->plan.primaries;
+            const auto id = state_->opts.node_id;
+            bool same = old.primaries.size() == now.size();
+            for (std::size_t p = 0; same && p < now.size(); ++p) {
+                same = (old.primaries[p] == id) == (now[p] == id);
+            }
+            if (!same) {
+                state_->placed_at = state_->plan.version;
+                for (auto& [id, slot] : state_->tables) {
+                    slot.durable_cap = state_->durable(slot);
+                }
+            }
+            bool gained = false;
+            for (std::size_t p = 0; !gained && p < now.size() && p < old.primaries.size(); ++p) {
+                gained = now[p] == id && old.primaries[p] != id;
+            }
+            if (gained) {
+                state_->await_resync(old.version + 1);
+            }
+        }
+        state_->follow_chains(old);
+        state_->join_moves(old);
+        state_->rereplicate(old);
+        state_->refuse_moved_reads(old, out);
+        state_->resume(out);
+    }
+    state_->send(out);
+    for (auto& l : gone) {
+        l->close(make_error_code(errc::node_failed));
+    }
+}
+
+PETREL_DECL bool server_node::chain_whole() const {
+    locked lock(*state_);
+    return state_->copying == 0 && !state_->copy_failed;
+}
+
+PETREL_DECL std::uint64_t server_node::join_ready() const {
+    locked lock(*state_);
+    return state_->moves.join_ready(state_->plan.version);
+}
+
+PETREL_DECL std::uint64_t server_node::hand_over_ready() const {
+    locked lock(*state_);
+    // (An update that did not arrive is copied again before the hand-over.)
+    return state_->moves.hand_over_ready(state_->plan.version);
+}
+
+PETREL_DECL bool server_node::handing_over() const {
+    locked lock(*state_);
+    return state_->moves.handing_over();
+}
+
+PETREL_DECL bool server_node::awaiting_hand_over() const {
+    locked lock(*state_);
+    return state_->moves.awaiting_hand_over();
+}
+
+PETREL_DECL std::uint64_t server_node::plan_version() const {
+    locked lock(*state_);
+    return state_->plan.version;
+}
+
+PETREL_DECL std::string server_node::hand_over_blocker() const {
+    locked lock(*state_);
+    const auto& st = *state_;
+    if (st.copying != 0) {
+        return "its copy down its chain is not acknowledged yet";
+    }
+    if (st.copy_failed) {
+        return "its last copy down its chain failed";
+    }
+    const auto chain = st.plan.chains.find(st.opts.node_id);
+    const std::size_t replicas = chain == st.plan.chains.end() ? 0 : chain->second.size() - 1;
+    for (const auto& [id, slot] : st.tables) {
+        // Without replicas the partitions are copied to their new owners (every
+        // table); with them, a table kept on the primary only would be lost.
+        if (st.holds_keys && slot.table && slot.table->size() > 0 && replicas > 0 &&
+            slot.replicas == 0) {
+            return "table " + std::to_string(id) + " keeps no copy of its rows on another server";
+        }
+    }
+    return {};
+}
+
+PETREL_DECL std::string server_node::data_lost() const {
+    locked lock(*state_);
+    return state_->lost;
+}
+
+PETREL_DECL std::uint64_t server_node::replicated_clock(std::uint32_t table_id) const {
+    locked lock(*state_);
+    auto it = state_->tables.find(table_id);
+    if (it == state_->tables.end()) {
+        return 0;
+    }
+    std::uint64_t c = 0;
+    for (const auto& [origin, clock] : it->second.replicated) {
+        c = std::max(c, clock);
+    }
+    return c;
+}
+
+PETREL_DECL shard_table server_node::rows(std::uint32_t table_id) const {
+    locked lock(*state_);
+    auto it = state_->tables.find(table_id);
+    if (it == state_->tables.end() || !it->second.table) {
+        shard_table t;
+        t.table_id = table_id;
+        return t;
+    }
+    return it->second.table->dump(table_id);
+}
+
+PETREL_DECL void server_node::depart_worker(std::uint32_t worker) {
+    outbox out;
+    {
+        locked lock(*state_);
+        state_->depart(worker, nullptr, out);
+    }
+    state_->send(out);
+}
+
+PETREL_DECL void server_node::admit_worker(std::uint32_t worker) {
+    locked lock(*state_);
+    state_->admit(worker);
+}
+
+PETREL_DECL std::uint32_t server_node::workers() const {
+    locked lock(*state_);
+    return state_->opts.workers;
+}
+
+PETREL_DECL std::size_t server_node::key_count(std::uint32_t table_id) const {
+    locked lock(*state_);
+    auto it = state_->tables.find(table_id);
+    return it == state_->tables.end() || !it->second.table ? 0 : it->second.table->size();
+}
+
+PETREL_DECL std::vector<clock_entry> server_node::clocks(std::uint32_t table_id) const {
+    locked lock(*state_);
+    auto it = state_->tables.find(table_id);
+    if (it == state_->tables.end()) {
+        return {};
+    }
+    return it->second.gate.entries(clock_gate<int>::all(), wire::max_clock_entries);
+}
+
+PETREL_DECL std::size_t server_node::parked(std::uint32_t table_id) const {
+    locked lock(*state_);
+    auto it = state_->tables.find(table_id);
+    return it == state_->tables.end() ? 0
+                                      : it->second.gate.parked() + it->second.resync_held.size();
+}
+
+PETREL_DECL void server_node::set_node_id(std::uint32_t id) {
+    locked lock(*state_);
+    state_->opts.node_id = id;
+    state_->replication.rename(id);
+}
+
+PETREL_DECL void server_node::restore(const std::filesystem::path& dir,
+                                      const std::function<bool(std::uint32_t, std::uint64_t)>& owns,
+                                      std::uint64_t max_shard_bytes) {
+    auto loaded = detail::load_checkpoint(dir, state_->opts.tables.get(), owns, max_shard_bytes);
+    locked lock(*state_);
+    std::vector<table_slot*> slots; // every slot first, so that none is replaced on error
+    for (auto& [id, t] : loaded) {
+        std::error_code ec;
+        slots.push_back(state_->slot(id, ec));
+        if (!slots.back()) {
+            throw checkpoint_error(dir, "table " + std::to_string(id) + ": " + ec.message());
+        }
+    }
+    auto next = slots.begin();
+    for (auto& [id, t] : loaded) {
+        table_slot* s = *next++;
+        s->table = std::move(t.table);
+        // The job goes on from the checkpoint's clock: every worker has completed it,
+        // so that clocks (and the next checkpoint's) count from the job's first
+        // iteration, whatever restores came before. Workers adopt it from the replies.
+        for (std::uint32_t w = 0; w < s->gate.workers(); ++w) {
+            s->gate.tick(w, clock_gate<waiting>::all(), t.clock);
+        }
+        s->applied_limit = std::max(t.clock, t.clock_limit);
+    }
+}
+
+PETREL_DECL std::uint32_t
+server_node::state::primary_of_update(const wire::message_header& h) const {
+    return detail::from_server(h) && !learns_from(h.receiver) ? h.receiver : opts.node_id;
+}
+
+PETREL_DECL std::uint32_t server_node::state::status_of(std::error_code ec) noexcept {
+    if (!ec) {
+        return 0;
+    }
+    return static_cast<std::uint32_t>(
+        ec.category() == error_category() ? ec.value() : static_cast<int>(errc::remote_error));
+}
+
+PETREL_DECL void server_node::state::send(outbox& out) const {
+    for (auto& [c, m, save] : out) {
+        if (save) {
+            // Written and answered on the writer's thread.
+            opts.checkpoints->enqueue(
+                std::move(*save), log,
+                [c = c, reply = std::move(m)](checkpoint_writer::outcome done) mutable {
+                    finish_save(reply, std::move(done));
+                    c->send(std::move(reply));
+                });
+            continue;
+        }
+        if ((m.header.flags & wire::flag_compress_reply) != 0) {
+            m.header.flags &= static_cast<std::uint8_t>(~wire::flag_compress_reply);
+            if (m.header.status == 0) {
+                wire::compress_segment(m, wire::values_segment, opts.compression, *pool);
+            }
+        }
+        c->send(std::move(m));
+    }
+}
+
+PETREL_DECL auto server_node::state::range_of(const wire::message_header& h)
+    -> clock_gate<waiting>::range_type {
+    return {h.range_begin, h.range_end};
+}
+
+PETREL_DECL std::uint64_t server_node::state::bytes_of(const wire::message& m) {
+    return m.keys().size() + m.values().size();
+}
+
+PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::message&& m) {
+    outbox out;
+    bool refused = false;
+    std::optional<shared_work> work;
+    std::shared_lock<std::shared_mutex> shared_rows; // while `work` runs
+    {
+        std::lock_guard server(mutex);
+        if (shares(c, m.header)) {
+            shared_rows = std::shared_lock(storage);
+            if (m.header.kind == wire::message_kind::push) {
+                on_push(c, std::move(m), out, &work);
+            } else {
+                on_read(c, std::move(m), out, &work);
+            }
+        } else {
+            std::lock_guard rows(storage);
+            refused = decide(c, std::move(m), out);
+        }
+    }
+    const bool failed = work && !run(*work, out);
+    if (shared_rows.owns_lock()) {
+        shared_rows.unlock();
+    }
+    if (failed) {
+        std::lock_guard server(mutex);
+        applied.forget(work->request.header.update_id, work->primary);
+    }
+    send(out);
+    if (refused) {
+        if (log) {
+            log(log_level::warning, "closing connection with " + c->remote_address() +
+                                        ": a server takes only pushes, pulls, clocks and calls");
+        }
+        c->close();
+    }
+}
+
+PETREL_DECL bool server_node::state::shares(const connection_ptr& c,
+                                            const wire::message_header& h) const {
+    const bool push = h.kind == wire::message_kind::push;
+    if ((push ? detail::push_kind_of(h) != detail::push_kind::worker
+              : h.kind != wire::message_kind::pull || detail::from_server(h)) ||
+        waits(h) || holds_back(c)) {
+        return false;
+    }
+    const auto it = tables.find(h.table_id);
+    if (it == tables.end() || !it->second.table) {
+        return false;
+    }
+    std::error_code ec;
+    return !push || (moves.learners().empty() &&
+                     next_hop(opts.node_id, it->second.replicas, ec) == nullptr && !ec);
+}
+
+PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) noexcept {
+    std::error_code ec;
+    if (w.target) {
+        try {
+            w.table->read_shared(w.request, w.target);
+        } catch (const std::bad_alloc&) {
+            ec = errc::out_of_memory;
+        }
+    } else {
+        ec = w.table->apply_shared(w.request);
+    }
+    if (!ec) {
+        return true;
+    }
+    auto& reply = out[w.reply].message;
+    reply.header.status = status_of(ec);
+    reply.header.clocks.clear();
+    reply.header.key_count = 0;
+    reply.set_segment(wire::values_segment, {});
+    return w.target != nullptr; // a pull remembered nothing
+}
+
+PETREL_DECL bool server_node::state::decide(const connection_ptr& c, wire::message&& m,
+                                            outbox& out) {
+    switch (m.header.kind) {
+    case wire::message_kind::push:
+        if (detail::from_server(m.header) && plan.version != 0 &&
+            m.header.key_list_id != plan.secret) {
+            out.emplace_back(
+                c, refusal(m.header, wire::message_kind::push_reply, errc::not_permitted));
+        } else if (waits(m.header) || holds_back(c)) {
+            hold_back(c, std::move(m), out);
+        } else {
+            on_push(c, std::move(m), out);
+        }
+        return false;
+    case wire::message_kind::pull:
+    case wire::message_kind::call:
+        if (waits(m.header) || holds_back(c)) {
+            hold_back(c, std::move(m), out);
+        } else {
+            on_read(c, std::move(m), out);
+        }
+        return false;
+    case wire::message_kind::clock:
+        if ((m.header.flags & wire::flag_resent) != 0 && (waits(m.header) || holds_back(c))) {
+            hold_back(c, std::move(m), out); // after the pushes it follows
+        } else {
+            on_clock(c, m, out);
+        }
+        return false;
+    case wire::message_kind::push_reply:
+    case wire::message_kind::pull_reply:
+    case wire::message_kind::control:
+    case wire::message_kind::control_reply:
+    case wire::message_kind::clock_reply:
+    case wire::message_kind::call_reply:
+        break;
+    }
+    return true;
+}
+
+PETREL_DECL bool server_node::state::ahead(const wire::message_header& h) const {
+    if (detail::from_server(h)) {
+        return h.view > plan.version; // from a server: it carries the secret
+    }
+    // A worker's view is at most a few changes ahead; one claiming more is judged
+    // by this server's plan at once, so that it cannot park requests for good.
+    return plan.version != 0 && h.view > plan.version && h.view - plan.version <= max_views_ahead;
+}
+
+PETREL_DECL bool server_node::state::waits(const wire::message_header& h) const {
+    return ahead(h) || (!detail::from_server(h) && moves.awaiting_hand_over());
+}
+
+PETREL_DECL bool server_node::state::holds_back(const connection_ptr& c) const {
+    return std::any_of(held_back.begin(), held_back.end(),
+                       [&](const waiting& w) { return w.conn == c; });
+}
+
+PETREL_DECL void server_node::state::hold_back(const connection_ptr& c, wire::message&& m,
+                                               outbox& out) {
+    if (held_back.size() >= opts.max_parked ||
+        held_back_bytes + bytes_of(m) > opts.max_held_bytes) {
+        const auto k = m.header.kind;
+        out.emplace_back(c,
+                         refusal(m.header,
+                                 k == wire::message_kind::pull    ? wire::message_kind::pull_reply
+                                 : k == wire::message_kind::call  ? wire::message_kind::call_reply
+                                 : k == wire::message_kind::clock ? wire::message_kind::clock_reply
+                                                                  : wire::message_kind::push_reply,
+                                 errc::backlog_full));
+        return;
+    }
+    held_back_bytes += bytes_of(m);
+    held_back.push_back({c, std::move(m)});
+}
+
+PETREL_DECL void server_node::state::resume(outbox& out) {
+    if (resuming) {
+        resume_again = true; // a request applied below unblocked others: once more
+        return;
+    }
+    resuming = true;
+    do {
+        resume_again = false;
+        auto list = std::move(held_back);
+        held_back.clear();
+        held_back_bytes = 0;
+        std::vector<const connection*> blocked;
+        for (auto& w : list) {
+            const bool after_blocked =
+                std::find(blocked.begin(), blocked.end(), w.conn.get()) != blocked.end();
+            if (after_blocked || waits(w.request.header)) {
+                blocked.push_back(w.conn.get());
+                held_back_bytes += bytes_of(w.request);
+                held_back.push_back(std::move(w));
+                continue;
+            }
+            if (w.request.header.kind == wire::message_kind::clock) {
+                on_clock(w.conn, w.request, out);
+            } else if (w.request.header.kind != wire::message_kind::push) {
+                on_read(w.conn, std::move(w.request), out);
+            } else {
+                on_push(w.conn, std::move(w.request), out);
+            }
+        }
+    } while (resume_again);
+    resuming = false;
+}
+
+PETREL_DECL void server_node::state::forget(const connection_ptr& c) {
+    locked lock(*this);
+    std::erase_if(held_back, [&](const waiting& w) {
+        if (w.conn != c) {
+            return false;
+        }
+        held_back_bytes -= bytes_of(w.request);
+        return true;
+    });
+    for (auto& [id, slot] : tables) {
+        slot.gate.remove_if([&](const waiting& w) {
+            return w.conn == c && w.request.header.kind != wire::message_kind::push;
+        });
+        std::erase_if(slot.resync_held, [&](const waiting& w) { return w.conn == c; });
+    }
+}
+
+PETREL_DECL std::size_t server_node::state::max_entries() const noexcept {
+    const std::uint64_t fit =
+        limits.max_header_bytes > 512 ? (limits.max_header_bytes - 512) / 28 : 0;
+    return static_cast<std::size_t>(std::min<std::uint64_t>(fit, wire::max_clock_entries));
+}
+
+PETREL_DECL wire::message server_node::state::reply_to(const wire::message_header& h,
+                                                       wire::message_kind kind) const {
+    auto reply = wire::make_reply(h, kind);
+    reply.header.sender = opts.node_id;
+    reply.header.key_count = 0;
+    reply.header.worker = h.worker;
+    reply.header.clock = h.clock;
+    return reply;
+}
+
+PETREL_DECL wire::message server_node::state::refusal(const wire::message_header& h,
+                                                      wire::message_kind kind,
+                                                      std::error_code ec) const {
+    auto reply = reply_to(h, kind);
+    reply.header.status = status_of(ec);
+    return reply;
+}
+
+PETREL_DECL std::error_code server_node::state::check_worker(const wire::message_header& h,
+                                                             bool required) const {
+    if (h.worker == wire::no_worker) {
+        return required ? errc::unknown_worker : std::error_code{};
+    }
+    return h.worker < opts.workers ? std::error_code{} : errc::unknown_worker;
+}
+
+PETREL_DECL auto server_node::state::slot(std::uint32_t id, std::error_code& ec) -> table_slot* {
+    if (auto it = tables.find(id); it != tables.end()) {
+        return &it->second;
+    }
+    if (tables.size() >= opts.max_tables) {
+        ec = errc::too_many_tables;
+        return nullptr;
+    }
+    const table_registry::entry* declared = opts.tables ? opts.tables->find(id) : nullptr;
+    std::unique_ptr<detail::table_base> storage;
+    if (declared) {
+        try {
+            storage = declared->make();
+        } catch (const std::bad_alloc&) {
+            ec = errc::out_of_memory;
+            return nullptr;
+        }
+    }
+    auto& s = tables.try_emplace(id, opts.workers).first->second;
+    s.table = std::move(storage);
+    s.mean = declared && declared->spec.aggregate == aggregation::mean;
+    if (declared && declared->spec.replicas) {
+        s.replicas = *declared->spec.replicas;
+    }
+    for (std::uint32_t w = 0; w < departed_all.size(); ++w) {
+        if (departed_all[w]) {
+            s.gate.depart(w);
+        }
+    }
+    return &s;
+}
+
+} // namespace petrel
+
+#include <petrel/server/impl/server_migration.ipp>
+#include <petrel/server/impl/server_replication.ipp>
+#include <petrel/server/impl/server_requests.ipp>
+
+#endif // PETREL_SERVER_IMPL_SERVER_NODE_IPP
