@@ -25,6 +25,11 @@
 
 namespace petrel {
 
+namespace detail {
+struct waiting_request;
+struct table_slot;
+} // namespace detail
+
 struct server_options {
     /// This node's id, written as the sender of its replies.
     std::uint32_t node_id = 0;
@@ -225,8 +230,8 @@ public:
     [[nodiscard]] asio::any_io_executor get_executor() const { return transport_.get_executor(); }
 
 private:
-    struct waiting;
-    struct table_slot;
+    using waiting = detail::waiting_request;
+    using table_slot = detail::table_slot;
     struct outgoing;
     using outbox = std::vector<outgoing>;
     struct shared_work;

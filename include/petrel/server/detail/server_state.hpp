@@ -16,6 +16,7 @@
 #include <petrel/server/detail/replicator.hpp>
 #include <petrel/server/detail/row_copy.hpp>
 #include <petrel/server/detail/table.hpp>
+#include <petrel/server/detail/table_slot.hpp>
 #include <petrel/server/detail/update_window.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/detail/request_link.hpp>
@@ -44,43 +45,6 @@
 #include <vector>
 
 namespace petrel {
-
-/// A request waiting in a table's gate, with the connection to answer on.
-struct server_node::waiting {
-    connection_ptr conn;
-    wire::message request;
-};
-
-/// One table: its storage (created when first named if declared, else by the first
-/// push) and its clocks.
-struct server_node::table_slot {
-    explicit table_slot(std::size_t workers) : gate(workers) {}
-    std::unique_ptr<detail::table_base> table;
-    clock_gate<waiting> gate;
-    std::uint64_t held_bytes = 0;
-    bool mean = false;          // aggregation::mean for the pushes of a clock
-    std::uint32_t replicas = 7; // the table's replicas at most (table_spec::replicas)
-    // No push of a clock >= this has been applied to the table (a checkpoint's
-    // `clock_limit`); from a restored checkpoint, its limit.
-    std::uint64_t applied_limit = 0;
-    // As a replica: per primary, the newest clock whose combined update arrived, + 1.
-    std::map<std::uint32_t, std::uint64_t> replicated;
-    // As a primary: the clocks whose rows went down the chain (or to a learner), not
-    // yet acknowledged; a clock appears once per server it went to.
-    std::deque<std::uint64_t> unacked;
-    // The durable clock when this server's keys last changed (`placed_at`): replies to
-    // requests sent under an older view say at most this, so that a worker that has
-    // not seen the change keeps the pushes of keys that moved away (it resends them).
-    std::uint64_t durable_cap = ~std::uint64_t{0};
-    // After this server took keys over (view `resync_view`): the workers whose tick
-    // sent under that view or later has not come yet. Each sends it after the pushes
-    // it resends here, so until all have, a clock read here could miss some of them:
-    // ordered reads wait in `resync_held`.
-    std::uint64_t resync_view = 0;
-    std::chrono::steady_clock::time_point resync_since{};
-    std::set<std::uint32_t> resync_pending;
-    std::vector<waiting> resync_held;
-};
 
 /// A reply to send once the lock is released; an answer to a checkpoint call first
 /// has its shard written (`save`).

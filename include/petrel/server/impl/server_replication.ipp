@@ -229,12 +229,8 @@ PETREL_DECL void server_node::state::rereplicate(const replication_plan& old, bo
                                         if (ec || it == st->tables.end()) {
                                             continue;
                                         }
-                                        auto& q = it->second.unacked;
                                         for (const auto c : clocks) {
-                                            if (auto at = std::find(q.begin(), q.end(), c);
-                                                at != q.end()) {
-                                                q.erase(at);
-                                            }
+                                            it->second.acknowledged(c);
                                         }
                                     }
                                 }
@@ -316,10 +312,7 @@ PETREL_DECL void server_node::state::acknowledge(const std::weak_ptr<state>& wea
     if (auto st = weak.lock()) {
         locked lock(*st);
         if (auto it = st->tables.find(table); it != st->tables.end()) {
-            auto& q = it->second.unacked;
-            if (auto at = std::find(q.begin(), q.end(), clock); at != q.end()) {
-                q.erase(at);
-            }
+            it->second.acknowledged(clock);
         }
     }
 }

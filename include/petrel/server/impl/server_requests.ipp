@@ -168,11 +168,7 @@ PETREL_DECL std::uint64_t server_node::state::durable(const table_slot& s) const
         // applied yet).
         return 0;
     }
-    const auto done = s.gate.completed(clock_gate<waiting>::all());
-    // Clocks resent late (applied after later ones) make the queue unordered.
-    return s.unacked.empty()
-               ? done
-               : std::min(done, *std::min_element(s.unacked.begin(), s.unacked.end()));
+    return s.durable();
 }
 
 PETREL_DECL std::uint64_t server_node::state::durable_for(const table_slot& s,
@@ -239,8 +235,7 @@ PETREL_DECL void server_node::state::on_read(const connection_ptr& c, wire::mess
         ec = errc::stale_view;
     }
     table_slot* s = ec ? nullptr : slot(h.table_id, ec);
-    const bool resyncing =
-        s && h.kind == wire::message_kind::pull && h.clock != 0 && !s->resync_pending.empty();
+    const bool resyncing = s && h.kind == wire::message_kind::pull && s->resync_holds(h.clock);
     if (!ec && (resyncing || !s->gate.readable(range_of(h), h.clock)) &&
         s->gate.parked() + (s ? s->resync_held.size() : 0) >= opts.max_parked) {
         ec = errc::backlog_full;
@@ -289,8 +284,8 @@ PETREL_DECL void server_node::state::on_clock(const connection_ptr& c, const wir
             } else if (splits && s->gate.clock().range_count() >= max_clock_ranges) {
                 ec = errc::backlog_full; // ticks of narrow ranges cannot split forever
             } else {
-                if ((h.flags & wire::flag_resent) != 0 && h.view >= s->resync_view) {
-                    s->resync_pending.erase(h.worker); // it resent what it had
+                if ((h.flags & wire::flag_resent) != 0) {
+                    s->resynced(h.worker, h.view); // it resent what it had
                 }
                 s->gate.tick(h.worker, range_of(h), h.clock);
                 release(*s, out);
@@ -332,15 +327,13 @@ PETREL_DECL void server_node::state::depart(std::uint32_t worker, table_slot* on
         return;
     }
     if (only) {
-        only->gate.depart(worker);
-        only->resync_pending.erase(worker);
+        only->depart(worker);
         release(*only, out);
         return;
     }
     departed_all[worker] = true;
     for (auto& [id, s] : tables) {
-        s.gate.depart(worker);
-        s.resync_pending.erase(worker);
+        s.depart(worker);
         release(s, out);
     }
 }
@@ -391,15 +384,9 @@ PETREL_DECL void server_node::state::arm_resync_timer(std::chrono::steady_clock:
 }
 
 PETREL_DECL void server_node::state::await_resync(std::uint64_t since) {
+    const auto now = std::chrono::steady_clock::now();
     for (auto& [id, s] : tables) {
-        s.resync_view = since;
-        s.resync_since = std::chrono::steady_clock::now();
-        s.resync_pending.clear();
-        for (std::uint32_t w = 0; w < opts.workers; ++w) {
-            if (!s.gate.departed(w)) {
-                s.resync_pending.insert(w);
-            }
-        }
+        s.await_resync(since, opts.workers, now);
     }
 }
 
