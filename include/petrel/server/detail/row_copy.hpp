@@ -19,7 +19,8 @@ namespace petrel::detail {
 /// The most payload bytes of one copy message.
 inline constexpr std::uint64_t copy_message_bytes = std::uint64_t{4} << 20;
 
-/// Makes the pushes that copy the rows of `all` whose key `keep(key)` accepts, whole: each
+/// Makes the pushes that copy the rows of `all` (keys ascending, as `table_base::dump` gives
+/// them) whose key `keep(key)` accepts, whole: each
 /// row's values, then its optimizer state (a width of `width + state_width`), at most
 /// `max_bytes` of keys and rows per message, keys ascending. Each goes to `emit(message)`:
 /// a push of table `all.table_id` with `clock` (every clock below it is in its rows), from

@@ -189,9 +189,6 @@ struct server_node::state {
     /// The table's slot, created (with its clocks) on first mention.
     table_slot* slot(std::uint32_t id, std::error_code& ec);
 
-    /// Whether server `id` is on some chain of the plan, or joins.
-    bool in_plan(std::uint32_t id) const { return peer_of(plan, id) != nullptr; }
-
     /// Whether this server takes updates from primary `origin` as its learner: it
     /// learns partitions of it, or waits for its hand-over of them.
     bool learns_from(std::uint32_t origin) const { return moves.learns_from(origin); }

@@ -11,8 +11,9 @@ namespace petrel::detail {
 
 /// The newest update ids a server applied (or held), each with the primary whose rows it
 /// changed: the pieces of one push split over several servers share its id, and one may
-/// reach a server as a replica update of another piece's server. A window: remembering
-/// more than `capacity` ids forgets the oldest. A pure value type.
+/// reach a server as a replica update of another piece's server. A window of the last
+/// `capacity` ids remembered, oldest forgotten first (an id forgotten early keeps its place
+/// until it leaves). A pure value type.
 class update_window {
 public:
     static constexpr std::size_t default_capacity = std::size_t{1} << 18;
