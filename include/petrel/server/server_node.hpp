@@ -99,12 +99,15 @@ inline constexpr std::size_t max_clock_ranges = 4096;
 /// A worker's unordered push (`eventual`, `bounded_delay`) that goes to no other server
 /// and a pull whose clocks are complete are then applied or read on those threads at the
 /// same time, the lock released and the tables' storage shared (each table locks its rows
-/// by stripe), so update rules may run on several threads at once, for different keys;
-/// everything else (ordered pushes and their clocks, replication, hand-overs, calls) is
-/// applied under the lock with the storage held exclusively. Replies are compressed and sent after
-/// both are released, and checkpoint shards are written by the `checkpoint_writer` on its own
-/// thread. Lock order: the server's lock, then the storage, then a table's rows, then one stripe;
-/// the writer's locks are taken alone.
+/// by stripe), so update rules may run on several threads at once, for different keys. A
+/// checkpoint call whose clocks are complete when it arrives is copied the same way, holding
+/// its table's rows from its decision on: other tables go on meanwhile, and no push decided
+/// after it is in the copy. Everything else (ordered pushes and their clocks, replication,
+/// hand-overs, remote functions, calls released by a clock) is applied under the lock with the
+/// storage held exclusively. Replies are compressed and sent after both are released, and
+/// checkpoint shards are written by the `checkpoint_writer` on its own thread. Lock order: the
+/// server's lock, then the storage, then a table's rows, then one stripe; the writer's locks
+/// are taken alone.
 class server_node {
 public:
     explicit server_node(any_transport transport, server_options opts = {});

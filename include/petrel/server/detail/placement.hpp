@@ -78,13 +78,9 @@ namespace petrel::detail {
     return true;
 }
 
-/// Drops from `t` the rows whose primary under `plan` is not server `self` (a replica's rows:
-/// their primary saves them, and a replica's copy may lag a clock behind); keeps every row
-/// without a plan.
-inline void keep_rows_of(const replication_plan& plan, std::uint32_t self, shard_table& t) {
-    if (!plan.partition_of || plan.primaries.empty()) {
-        return; // no replication plan: every row is this server's
-    }
+/// Drops from `t` the rows whose key `keep(key)` refuses, keeping the others in order.
+template <typename Keep>
+void keep_rows_if(shard_table& t, Keep keep) {
     const std::size_t ks = wire::size_of(t.key_type);
     const std::size_t vs = wire::size_of(t.value_type);
     const std::size_t row = t.width * vs;
@@ -93,8 +89,7 @@ inline void keep_rows_of(const replication_plan& plan, std::uint32_t self, shard
     for (std::uint64_t r = 0; r < t.rows; ++r) {
         std::uint64_t key = 0;
         std::memcpy(&key, t.keys.data() + r * ks, ks); // little-endian
-        const auto p = plan.partition_of(key);
-        if (!primary_of_partition(plan, self, p)) {
+        if (!keep(key)) {
             continue;
         }
         if (kept != r) {
@@ -110,6 +105,18 @@ inline void keep_rows_of(const replication_plan& plan, std::uint32_t self, shard
     t.keys.resize(kept * ks);
     t.values.resize(kept * row);
     t.state.resize(kept * state);
+}
+
+/// Drops from `t` the rows whose primary under `plan` is not server `self` (a replica's rows:
+/// their primary saves them, and a replica's copy may lag a clock behind); keeps every row
+/// without a plan.
+inline void keep_rows_of(const replication_plan& plan, std::uint32_t self, shard_table& t) {
+    if (!plan.partition_of || plan.primaries.empty()) {
+        return; // no replication plan: every row is this server's
+    }
+    keep_rows_if(t, [&](std::uint64_t key) {
+        return primary_of_partition(plan, self, plan.partition_of(key));
+    });
 }
 
 /// The keys of `m` for which `keep(key)` holds, with their rows (`h.width` values

@@ -59,10 +59,17 @@ struct server_node::outgoing {
 /// released (with the storage shared): decided, and its reply made, under the lock.
 struct server_node::shared_work {
     detail::table_base* table = nullptr;
-    wire::message request;
+    wire::message request{};
     std::byte* target = nullptr; // a pull's values, in its reply
     std::size_t reply = 0;       // the reply's place in the outbox
     std::uint32_t primary = 0;   // a push: the primary whose update id it remembered
+    // A checkpoint call: the snapshot of table `table_id` for the reply's job, taken with
+    // the table's rows held (from the decision on, so that no push decided after the call
+    // is in it), keeping the rows `keep` accepts (every row when null).
+    bool snapshot = false;
+    std::uint32_t table_id = 0;
+    std::function<bool(std::uint64_t)> keep{};
+    std::unique_lock<std::shared_mutex> rows_held{};
 };
 
 struct server_node::state {
@@ -139,7 +146,7 @@ struct server_node::state {
     /// a table that exists, that waits for nothing, and (a push) that goes to no other
     /// server (no chain to forward it down, no joining server to teach it to), so
     /// that the order in which pushes reach the rows matters to no copy.
-    bool shares(const connection_ptr& c, const wire::message_header& h) const;
+    bool shares(const connection_ptr& c, const wire::message& m) const;
 
     /// Applies or reads `w` (the storage shared, no other lock held), and completes its
     /// reply in `out`; false when it could not (no memory: nothing applied, the reply
@@ -327,7 +334,8 @@ struct server_node::state {
     std::error_code accept(table_slot& s, const wire::message& m);
 
     /// A pull or call: answered (or parked until its clocks complete); with `work`
-    /// (`shares` said so) a pull's rows are read by the caller after the lock.
+    /// (`shares` said so) a pull's rows are read, or a checkpoint call's snapshot taken,
+    /// by the caller after the lock.
     void on_read(const connection_ptr& c, wire::message&& m, outbox& out,
                  std::optional<shared_work>* work = nullptr);
 
@@ -369,15 +377,28 @@ struct server_node::state {
     /// rows of the table (a consistent cut: the call waited for its clock like a pull)
     /// and the shard file in the directory named by the arguments, for the writer
     /// (`finish_save`, once the lock is released).
+    /// With `defer`, the snapshot is left to the caller (`snapshot`, after the lock).
     std::error_code save(table_slot& s, const wire::message_header& h,
                          std::span<const std::byte> args,
-                         std::unique_ptr<checkpoint_writer::shard_job>& job, std::string& message);
+                         std::unique_ptr<checkpoint_writer::shard_job>& job, std::string& message,
+                         bool defer = false);
+
+    /// The rows of a checkpoint's job: those of `table` (`table_id`) that `keep` accepts
+    /// (every row when null). The table must be the caller's alone. @throws std::bad_alloc
+    static void snapshot(checkpoint_writer::shard_job& job, const detail::table_base& table,
+                         std::uint32_t table_id, const std::function<bool(std::uint64_t)>& keep);
+
+    /// Whether a key's row is this server's as a primary, as a function that outlives the
+    /// lock (null without a plan: every row is).
+    std::function<bool(std::uint64_t)> primary_rows() const;
 
     /// Completes a checkpoint call's reply once its shard is written: the shard's
     /// record, or the failure and why.
     static void finish_save(wire::message& reply, checkpoint_writer::outcome done);
 
-    outgoing call(table_slot& s, const connection_ptr& c, const wire::message& m);
+    /// With `defer`, a checkpoint call's snapshot is left to the caller (see `save`).
+    outgoing call(table_slot& s, const connection_ptr& c, const wire::message& m,
+                  bool defer = false);
 };
 
 /// The server's lock, then its storage exclusively: every table to itself.

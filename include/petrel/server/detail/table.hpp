@@ -113,6 +113,10 @@ public:
     /// Every stored row (values and state), keys ascending, for a checkpoint.
     /// @throws std::bad_alloc
     [[nodiscard]] virtual shard_table dump(std::uint32_t table_id) const = 0;
+    /// The lock of the table's rows that `apply_shared` and `read_shared` take shared:
+    /// held exclusively, the table is the holder's alone (for `dump`, say) while other
+    /// threads use other tables.
+    [[nodiscard]] virtual std::shared_mutex& rows_mutex() const noexcept = 0;
     /// Stores the rows of `t` (same types, width and state width, checked by the caller)
     /// whose key `owns` accepts, replacing what was there. @throws std::bad_alloc,
     /// std::out_of_range (a key outside a dense table's range)
@@ -388,6 +392,8 @@ public:
     [[nodiscard]] std::optional<key_range<std::uint64_t>> dense_keys() const noexcept override {
         return dense_;
     }
+
+    [[nodiscard]] std::shared_mutex& rows_mutex() const noexcept override { return locks_->rows(); }
 
     [[nodiscard]] shard_table dump(std::uint32_t table_id) const override {
         shard_table t;

@@ -313,7 +313,7 @@ PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::messa
     std::shared_lock<std::shared_mutex> shared_rows; // while `work` runs
     {
         std::lock_guard server(mutex);
-        if (shares(c, m.header)) {
+        if (shares(c, m)) {
             shared_rows = std::shared_lock(storage);
             if (m.header.kind == wire::message_kind::push) {
                 on_push(c, std::move(m), out, &work);
@@ -343,17 +343,25 @@ PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::messa
     }
 }
 
-PETREL_DECL bool server_node::state::shares(const connection_ptr& c,
-                                            const wire::message_header& h) const {
+PETREL_DECL bool server_node::state::shares(const connection_ptr& c, const wire::message& m) const {
+    const auto& h = m.header;
     const bool push = h.kind == wire::message_kind::push;
+    const bool call = h.kind == wire::message_kind::call;
     if ((push ? detail::push_kind_of(h) != detail::push_kind::worker
-              : h.kind != wire::message_kind::pull || detail::from_server(h)) ||
+              : (h.kind != wire::message_kind::pull && !call) || detail::from_server(h)) ||
         waits(h) || holds_back(c)) {
         return false;
     }
     const auto it = tables.find(h.table_id);
     if (it == tables.end() || !it->second.table) {
         return false;
+    }
+    if (call) {
+        // Only the checkpoint call: it reads the table; remote functions may change it.
+        detail::decoded_call decoded;
+        std::string why;
+        return !detail::decode_call(m.values().span(), decoded, why) &&
+               decoded.name == detail::checkpoint_call;
     }
     std::error_code ec;
     return !push || (moves.learners().empty() &&
@@ -362,6 +370,22 @@ PETREL_DECL bool server_node::state::shares(const connection_ptr& c,
 
 PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) noexcept {
     std::error_code ec;
+    if (w.snapshot) {
+        auto& o = out[w.reply];
+        try {
+            snapshot(*o.save, *w.table, w.table_id, w.keep);
+        } catch (const std::bad_alloc&) {
+            o.save.reset();
+            ec = errc::out_of_memory;
+        }
+        w.rows_held.unlock();
+        if (!ec) {
+            return true;
+        }
+        o.message.header.status = status_of(ec);
+        o.message.header.clocks.clear();
+        return true; // nothing remembered
+    }
     if (w.target) {
         try {
             w.table->read_shared(w.request, w.target);

@@ -254,6 +254,20 @@ PETREL_DECL void server_node::state::on_read(const connection_ptr& c, wire::mess
         return;
     }
     if (s->gate.readable(range_of(h), h.clock)) {
+        if (work && h.kind == wire::message_kind::call) {
+            // The checkpoint call (`shares`): its rows are copied after the lock, the
+            // table's rows held from now on.
+            out.push_back(call(*s, c, m, true));
+            if (out.back().save) {
+                *work = shared_work{.table = s->table.get(),
+                                    .reply = out.size() - 1,
+                                    .snapshot = true,
+                                    .table_id = h.table_id,
+                                    .keep = primary_rows(),
+                                    .rows_held = std::unique_lock(s->table->rows_mutex())};
+            }
+            return;
+        }
         std::byte* target = nullptr;
         out.push_back(answer(*s, c, m, work ? &target : nullptr));
         if (target) {
@@ -465,10 +479,9 @@ PETREL_DECL std::error_code server_node::state::pull(table_slot& s, const wire::
     return {};
 }
 
-PETREL_DECL std::error_code
-server_node::state::save(table_slot& s, const wire::message_header& h,
-                         std::span<const std::byte> args,
-                         std::unique_ptr<checkpoint_writer::shard_job>& job, std::string& message) {
+PETREL_DECL std::error_code server_node::state::save(
+    table_slot& s, const wire::message_header& h, std::span<const std::byte> args,
+    std::unique_ptr<checkpoint_writer::shard_job>& job, std::string& message, bool defer) {
     std::string dir;
     if (auto ec = detail::decode_binary(args, dir, message)) {
         return ec;
@@ -484,22 +497,22 @@ server_node::state::save(table_slot& s, const wire::message_header& h,
     auto& j = *job;
     j.file = detail::table_dir(dir, h.table_id) / detail::shard_file_name(opts.node_id);
     j.server = opts.node_id;
-    auto& t = j.rows;
     if (s.table) {
-        t = s.table->dump(h.table_id);
-        detail::keep_rows_of(plan, opts.node_id,
-                             t); // replicas' copies are their primaries' to save
+        if (!defer) {
+            snapshot(j, *s.table, h.table_id, primary_rows());
+        }
     } else {
         // Never pushed here: an empty shard of the request's types.
+        auto& t = j.rows;
         t.table_id = h.table_id;
         t.key_type = h.key_type;
         t.value_type = h.value_type;
         t.width = h.width;
         t.updater = "sum";
+        j.record.state_width = t.state_width;
+        j.record.updater = t.updater;
     }
     j.record.clock_limit = s.applied_limit;
-    j.record.state_width = t.state_width;
-    j.record.updater = t.updater;
     if (s.table) {
         if (const auto d = s.table->dense_keys()) {
             j.record.dense = true;
@@ -508,6 +521,29 @@ server_node::state::save(table_slot& s, const wire::message_header& h,
         }
     }
     return {};
+}
+
+PETREL_DECL void server_node::state::snapshot(checkpoint_writer::shard_job& job,
+                                              const detail::table_base& table,
+                                              std::uint32_t table_id,
+                                              const std::function<bool(std::uint64_t)>& keep) {
+    job.rows = table.dump(table_id);
+    if (keep) {
+        detail::keep_rows_if(job.rows, keep); // replicas' copies are their primaries' to save
+    }
+    job.record.state_width = job.rows.state_width;
+    job.record.updater = job.rows.updater;
+}
+
+PETREL_DECL std::function<bool(std::uint64_t)> server_node::state::primary_rows() const {
+    if (!plan.partition_of || plan.primaries.empty()) {
+        return {};
+    }
+    return [partition_of = plan.partition_of, primaries = plan.primaries,
+            self = opts.node_id](std::uint64_t key) {
+        const auto p = partition_of(key);
+        return p < primaries.size() && primaries[p] == self;
+    };
 }
 
 PETREL_DECL void server_node::state::finish_save(wire::message& reply,
@@ -526,7 +562,7 @@ PETREL_DECL void server_node::state::finish_save(wire::message& reply,
 }
 
 PETREL_DECL auto server_node::state::call(table_slot& s, const connection_ptr& c,
-                                          const wire::message& m) -> outgoing {
+                                          const wire::message& m, bool defer) -> outgoing {
     const auto& h = m.header;
     auto reply = reply_to(h, wire::message_kind::call_reply);
     std::vector<std::byte> result;
@@ -538,20 +574,14 @@ PETREL_DECL auto server_node::state::call(table_slot& s, const connection_ptr& c
     if (!detail::decode_call(m.values().span(), decoded, why) &&
         decoded.name == detail::checkpoint_call) {
         try {
-            ec = save(s, h, decoded.args, job, message);
+            ec = save(s, h, decoded.args, job, message, defer);
         } catch (const std::bad_alloc&) {
             ec = errc::out_of_memory;
         }
     } else if (opts.functions) {
         // A function sees the rows this server holds as a primary: the results of
         // all servers then cover the table once, whatever its replicas.
-        std::function<bool(std::uint64_t)> primary_rows;
-        if (plan.partition_of && !plan.primaries.empty()) {
-            primary_rows = [this](std::uint64_t key) {
-                const auto p = plan.partition_of(key);
-                return primary_of_partition(plan, opts.node_id, p);
-            };
-        }
+        const auto primary_rows = this->primary_rows();
         try {
             ec = opts.functions->invoke(m.values().span(), s.table.get(), h.key_type, h.value_type,
                                         h.width, range_of(h), result, message, primary_rows);
