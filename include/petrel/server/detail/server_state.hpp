@@ -81,12 +81,13 @@ struct server_node::state {
     asio::any_io_executor executor; // for completions that must not run under the lock
     wire::wire_limits limits;
     logger log;
-    // Lock order: `mutex`, then `storage`. `mutex` guards this state, but for the rows
-    // of the tables, which `storage` guards: held exclusively by whoever holds `mutex`
-    // and touches a table (`locked`), and shared by the pushes and pulls that `handle`
-    // decides under `mutex` and applies or reads after releasing it (`shared_work`;
-    // the tables then lock rows by stripe). Nothing takes `mutex` while it holds
-    // `storage` alone.
+    // Lock order: `mutex`, then `storage`, then a table's rows lock, then one stripe.
+    // `mutex` guards this state, but for the rows of the tables, which `storage` guards:
+    // held exclusively by whoever holds `mutex` and touches a table (`locked`), and
+    // shared by the pushes, pulls and checkpoint snapshots that `handle` decides under
+    // `mutex` and applies, reads or copies after releasing it (`shared_work`; the tables
+    // then lock rows by stripe, and a snapshot holds its table's rows lock from its
+    // decision on). Nothing takes `mutex` while it holds `storage` alone.
     mutable std::mutex mutex;
     mutable std::shared_mutex storage;
     std::map<std::uint32_t, table_slot> tables;
@@ -122,10 +123,11 @@ struct server_node::state {
     // applies once.
     detail::update_window applied;
 
+    std::vector<bool> departed_all; // workers gone from every table, also future ones
+
     /// The primary whose rows push `h` changes: this server for a worker's push or an
     /// update it learns as a joining server, else the replica update's primary.
     std::uint32_t primary_of_update(const wire::message_header& h) const;
-    std::vector<bool> departed_all; // workers gone from every table, also future ones
 
     /// A reply's status: Petrel's own error codes travel as they are, any other as
     /// errc::remote_error.
@@ -141,11 +143,11 @@ struct server_node::state {
 
     void handle(const connection_ptr& c, wire::message&& m);
 
-    /// Whether request `h` from `c` is decided with the storage shared and then applied
-    /// or read with no lock of the server held: a worker's unordered push, or pull, of
-    /// a table that exists, that waits for nothing, and (a push) that goes to no other
-    /// server (no chain to forward it down, no joining server to teach it to), so
-    /// that the order in which pushes reach the rows matters to no copy.
+    /// Whether request `m` from `c` is decided with the storage shared and then applied,
+    /// read or copied with no lock of the server held: a worker's unordered push, pull or
+    /// checkpoint call of a table that exists, that waits for nothing, and (a push) that
+    /// goes to no other server (no chain to forward it down, no joining server to teach
+    /// it to), so that the order in which pushes reach the rows matters to no copy.
     bool shares(const connection_ptr& c, const wire::message& m) const;
 
     /// Applies or reads `w` (the storage shared, no other lock held), and completes its
