@@ -1,5 +1,7 @@
 #include <petrel/server/detail/placement.hpp>
 
+#include "support/rows.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -24,22 +26,7 @@ replication_plan two_servers() {
 
 wire::message push_of(const std::vector<std::uint64_t>& keys, bool runs,
                       const std::vector<float>& values = {}) {
-    wire::message m;
-    m.header.kind = wire::message_kind::push;
-    m.header.key_type = wire::scalar_type::u64;
-    m.header.value_type = wire::scalar_type::f32;
-    m.header.width = 1;
-    m.header.key_count = keys.size();
-    if (runs) {
-        m.header.flags |= wire::flag_key_runs;
-    }
-    m.set_segment(wire::keys_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
-    if (!values.empty()) {
-        m.set_segment(wire::values_segment,
-                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
-    }
-    return m;
+    return petrel::test::rows_request(wire::message_kind::push, keys, values, 1, runs);
 }
 
 std::vector<std::uint64_t> keys_of(const wire::message& m) {

@@ -1,5 +1,7 @@
 #include <petrel/server/detail/table.hpp>
 
+#include "support/rows.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <petrel/core/buffer_pool.hpp>
@@ -20,19 +22,7 @@ namespace wire = petrel::wire;
 
 /// A push of `keys` with one float each (width 1) to table 0.
 wire::message push_of(const std::vector<std::uint64_t>& keys, const std::vector<float>& values) {
-    wire::message m;
-    m.header.kind = wire::message_kind::push;
-    m.header.key_type = wire::scalar_type::u64;
-    m.header.value_type = wire::scalar_type::f32;
-    m.header.width = 1;
-    m.header.key_count = keys.size();
-    m.header.range_begin = keys.front();
-    m.header.range_end = keys.back() + 1;
-    m.set_segment(wire::keys_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
-    m.set_segment(wire::values_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
-    return m;
+    return petrel::test::rows_request(wire::message_kind::push, keys, values);
 }
 
 /// Rows of `keys` (width 1, no state) as a checkpoint or a replica's copy holds them.

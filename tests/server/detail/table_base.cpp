@@ -1,5 +1,7 @@
 #include <petrel/server/detail/table_base.hpp>
 
+#include "support/rows.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <petrel/core/buffer_pool.hpp>
@@ -21,21 +23,7 @@ namespace wire = petrel::wire;
 
 wire::message message_of(wire::message_kind kind, const std::vector<std::uint64_t>& keys,
                          const std::vector<float>& values) {
-    wire::message m;
-    m.header.kind = kind;
-    m.header.key_type = wire::scalar_type::u64;
-    m.header.value_type = wire::scalar_type::f32;
-    m.header.width = 2;
-    m.header.key_count = keys.size();
-    m.header.range_begin = keys.front();
-    m.header.range_end = keys.back() + 1;
-    m.set_segment(wire::keys_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
-    if (!values.empty()) {
-        m.set_segment(wire::values_segment,
-                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
-    }
-    return m;
+    return petrel::test::rows_request(kind, keys, values, 2);
 }
 
 } // namespace
