@@ -61,9 +61,9 @@ TEST_CASE("push_kind: a worker's pushes, and what a server forwards for them", "
 
 TEST_CASE("push_kind: each kind has a name of its own for log lines", "[server]") {
     std::set<std::string_view> names;
-    for (auto k : {push_kind::worker, push_kind::worker_ordered, push_kind::replica_update,
-                   push_kind::clock_rows, push_kind::copy_rows, push_kind::copy_end,
-                   push_kind::hand_over}) {
+    for (auto k :
+         {push_kind::worker, push_kind::worker_ordered, push_kind::replica_update,
+          push_kind::clock_rows, push_kind::copy_rows, push_kind::copy_end, push_kind::hand_over}) {
         const auto name = petrel::detail::name_of(k);
         CHECK_FALSE(name.empty());
         CHECK(names.insert(name).second);
