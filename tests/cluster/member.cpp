@@ -14,8 +14,10 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -152,6 +154,16 @@ TEST_CASE("member: a lost manager ends every wait with an error", "[cluster][mem
     job.join(o);
     auto& w = *job.w;
     auto& manager = job.manager;
+    // Told of each failure as it is recorded, with no lock of the member held.
+    std::mutex mutex;
+    std::condition_variable told;
+    std::string heard;
+    const auto watching = w.subscribe_failures([&] {
+        const auto now = w.failure();
+        std::lock_guard lock(mutex);
+        heard = now;
+        told.notify_all();
+    });
     auto waiting = w.async_barrier(petrel::group::all, asio::use_future);
     CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
     manager->close();
@@ -159,11 +171,12 @@ TEST_CASE("member: a lost manager ends every wait with an error", "[cluster][mem
     INFO(ec.message());
     CHECK((ec == petrel::errc::connection_closed || ec == petrel::errc::manager_unreachable));
     // The heartbeats notice too, and later calls fail at once.
-    const auto deadline = std::chrono::steady_clock::now() + petrel::test::timeout;
-    while (w.failure().find("stopped answering") == std::string::npos &&
-           std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(20ms);
+    {
+        std::unique_lock lock(mutex);
+        CHECK(told.wait_for(lock, petrel::test::timeout,
+                            [&] { return heard.find("stopped answering") != std::string::npos; }));
     }
+    w.unsubscribe(watching);
     CHECK_THAT(w.failure(), Catch::Contains("stopped answering"));
     auto later = w.async_barrier(petrel::group::all, asio::use_future);
     CHECK(code_of(later) == petrel::errc::manager_unreachable);

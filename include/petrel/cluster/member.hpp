@@ -362,9 +362,21 @@ public:
         return handle;
     }
 
+    /// Calls `cb` (with no lock of this node held) whenever `failure()` gained a line: a
+    /// refusal by the manager, a lost manager. Failed nodes come with views (`subscribe`).
+    /// Returns a handle for `unsubscribe`.
+    std::size_t subscribe_failures(std::function<void()> cb) {
+        std::lock_guard lock(state_->mutex);
+        const std::size_t handle = ++state_->next_subscription;
+        state_->failure_subscribers.emplace(handle, std::move(cb));
+        return handle;
+    }
+
+    /// Ends a subscription of `subscribe` or `subscribe_failures`.
     void unsubscribe(std::size_t handle) {
         std::lock_guard lock(state_->mutex);
         state_->subscribers.erase(handle);
+        state_->failure_subscribers.erase(handle);
     }
 
     /// What went wrong, for a log: failed nodes of the view, a refusal by the manager, or
@@ -403,12 +415,16 @@ private:
         logger log;
         any_transport transport;
         std::shared_ptr<detail::request_link> link; // to the manager; replaced on a rejoin
+        // The link a registration with a manager that may have taken over waits on (see
+        // rejoin()); closed with the node.
+        std::shared_ptr<detail::request_link> rejoining;
         mutable std::mutex mutex;
         asio::steady_timer timer;
         node_id id = no_node;
         std::uint64_t secret = 0;
         view_ptr view;
         std::map<std::size_t, view_callback> subscribers;
+        std::map<std::size_t, std::function<void()>> failure_subscribers;
         std::size_t next_subscription = 0;
         std::string failure;
         bool heartbeating = false;
@@ -810,15 +826,27 @@ private:
                 return;
             }
             auto l = make_link(address);
+            {
+                std::lock_guard lock(mutex);
+                if (closed) {
+                    return;
+                }
+                rejoining = l; // the link holds the callback below, which names it weakly
+            }
             std::weak_ptr<state> weak = weak_from_this();
+            std::weak_ptr<detail::request_link> weak_link = l;
             l->request(
                 detail::make_control(b),
-                [weak, l, attempt](std::error_code ec, wire::message&& m) {
+                [weak, weak_link, attempt](std::error_code ec, wire::message&& m) {
                     auto self = weak.lock();
-                    if (!self) {
-                        l->close();
+                    auto l = weak_link.lock();
+                    if (!self || !l) {
+                        if (l) {
+                            l->close();
+                        }
                         return;
                     }
+                    self->done_rejoining(l);
                     if (!ec) {
                         self->rejoined(l, std::move(m));
                         return;
@@ -840,6 +868,14 @@ private:
                     });
                 },
                 std::min(left, 5 * opts.heartbeat_timeout));
+        }
+
+        /// The registration on `l` was answered (or failed): the node no longer keeps it.
+        void done_rejoining(const std::shared_ptr<detail::request_link>& l) {
+            std::lock_guard lock(mutex);
+            if (rejoining == l) {
+                rejoining.reset();
+            }
         }
 
         /// A manager took this node back: follow it, and send it what waited.
@@ -1008,9 +1044,19 @@ private:
         }
 
         void remember(const std::string& why) {
-            std::lock_guard lock(mutex);
-            if (failure.find(why) == std::string::npos) {
+            std::vector<std::function<void()>> cbs;
+            {
+                std::lock_guard lock(mutex);
+                if (failure.find(why) != std::string::npos) {
+                    return;
+                }
                 failure += (failure.empty() ? "" : "\n") + why;
+                for (const auto& [h, cb] : failure_subscribers) {
+                    cbs.push_back(cb);
+                }
+            }
+            for (auto& cb : cbs) {
+                cb();
             }
         }
 
@@ -1022,6 +1068,7 @@ private:
         void close(std::error_code ec) {
             std::vector<parked_request> waiting;
             std::shared_ptr<detail::request_link> l;
+            std::shared_ptr<detail::request_link> registering;
             {
                 std::lock_guard lock(mutex);
                 if (closed) {
@@ -1033,8 +1080,12 @@ private:
                 timer.cancel();
                 waiting.swap(parked);
                 l = link;
+                registering.swap(rejoining);
             }
             l->close(ec);
+            if (registering) {
+                registering->close(ec);
+            }
             for (auto& p : waiting) {
                 p.done(ec, wire::message{});
             }
