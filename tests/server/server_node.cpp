@@ -896,6 +896,39 @@ std::vector<std::uint32_t> holders(const petrel::ring& r, std::uint64_t key, std
 
 } // namespace
 
+TEST_CASE("server_node: watchers are told of a new plan on the executor, once per change",
+          "[server]") {
+    io_threads io;
+    petrel::server_node s(petrel::tcp_transport(io.executor()), {.node_id = 1});
+    std::mutex mutex;
+    std::vector<std::uint64_t> seen; // the plan version each call read
+    std::promise<void> first;
+    const auto handle = s.watch([&] {
+        std::lock_guard lock(mutex);
+        seen.push_back(s.plan_version()); // no lock of the server held: it may be read
+        if (seen.size() == 1) {
+            first.set_value();
+        }
+    });
+    petrel::replication_plan plan;
+    plan.version = 3;
+    plan.chains[1] = {{1, "127.0.0.1:1"}};
+    s.replicate(plan);
+    REQUIRE(first.get_future().wait_for(timeout) == std::future_status::ready);
+    s.replicate(plan); // not newer: nothing changes, nobody is told
+    petrel::test::drain(io);
+    {
+        std::lock_guard lock(mutex);
+        CHECK(seen == std::vector<std::uint64_t>{3});
+    }
+    s.unwatch(handle);
+    plan.version = 4;
+    s.replicate(plan);
+    petrel::test::drain(io);
+    std::lock_guard lock(mutex);
+    CHECK(seen == std::vector<std::uint64_t>{3});
+}
+
 TEST_CASE("replication: a view's chains are its live servers' owner lists", "[fault]") {
     petrel::membership_view v;
     v.version = 7;

@@ -165,10 +165,21 @@ public:
     /// took; 0 before the first).
     [[nodiscard]] std::uint64_t plan_version() const;
 
+    /// Calls `cb` on the server's executor, with no lock of the server held, whenever
+    /// what a server's membership waits for changed: `plan_version`, `chain_whole`,
+    /// `join_ready`, `hand_over_ready` or `handing_over` (`server_agent` follows them).
+    /// Calls may come late and several at once: read the values anew in each. Returns a
+    /// handle for `unwatch`.
+    std::size_t watch(std::function<void()> cb);
+
+    /// Ends a watch; a call already posted may still come.
+    void unwatch(std::size_t handle);
+
     /// Empty when this server may hand its keys over and leave (`member::async_retire`):
     /// its last copy down its chain was acknowledged (`chain_whole`) and every table it
     /// holds rows of as a primary keeps a copy on another server, or the ring has no
-    /// replicas (its partitions are then copied to their new owners: `retire_server`).
+    /// replicas (its partitions are then copied to their new owners:
+    /// `server_agent::async_retire`).
     /// Otherwise why not.
     [[nodiscard]] std::string hand_over_blocker() const;
 

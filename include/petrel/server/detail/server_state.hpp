@@ -125,6 +125,26 @@ struct server_node::state {
 
     std::vector<bool> departed_all; // workers gone from every table, also future ones
 
+    /// What a server's membership waits for (`server_node::watch`), as last told.
+    struct membership_status {
+        std::uint64_t plan = 0;
+        bool chain_whole = true;
+        std::uint64_t join_ready = 0;
+        std::uint64_t hand_over_ready = 0;
+        bool handing_over = false;
+        bool operator==(const membership_status&) const = default;
+    };
+    membership_status told;
+    std::map<std::size_t, std::function<void()>> watchers;
+    std::size_t next_watch = 0;
+
+    /// The membership status now. Under the lock.
+    membership_status status() const;
+
+    /// Posts a call of every watcher when the status changed since it was last told.
+    /// Under the lock, after whatever may have changed it.
+    void tell_watchers();
+
     /// The primary whose rows push `h` changes: this server for a worker's push or an
     /// update it learns as a joining server, else the replica update's primary.
     std::uint32_t primary_of_update(const wire::message_header& h) const;

@@ -102,6 +102,7 @@ PETREL_DECL void server_node::state::copy_moving(std::uint32_t to,
                                 attempts > 0) {
                                 st->copy_moving(to, parts, plan_version, attempts - 1);
                             }
+                            st->tell_watchers();
                         });
 }
 
@@ -125,10 +126,7 @@ PETREL_DECL void server_node::state::hand_over(std::uint32_t to,
                             }
                             locked lock(*st);
                             st->moves.hand_over_answered(to, !ec, attempts == 0);
-                            if (!ec) {
-                                return;
-                            }
-                            if (attempts > 0) {
+                            if (ec && attempts > 0) {
                                 // Not handed over yet, so it still learns: what it was sent
                                 // and did not get (the same connection failed) goes again
                                 // first.
@@ -136,12 +134,13 @@ PETREL_DECL void server_node::state::hand_over(std::uint32_t to,
                                     st->copy_moving(to, parts, 0, 0);
                                 }
                                 st->hand_over(to, parts, attempts - 1);
-                            } else if (st->log) {
+                            } else if (ec && st->log) {
                                 st->log(log_level::error,
                                         "petrel server " + std::to_string(st->opts.node_id) +
                                             ": the hand-over to server " + std::to_string(to) +
                                             " failed (" + ec.message() + ")");
                             }
+                            st->tell_watchers();
                         });
 }
 
@@ -181,6 +180,7 @@ PETREL_DECL std::function<void(std::error_code)> server_node::state::taught(std:
         if (auto st = ec ? weak.lock() : nullptr) {
             locked lock(*st);
             st->moves.failed(to);
+            st->tell_watchers();
         }
     };
 }

@@ -99,6 +99,7 @@ PETREL_DECL void server_node::replicate(replication_plan plan) {
         state_->rereplicate(old);
         state_->refuse_moved_reads(old, out);
         state_->resume(out);
+        state_->tell_watchers();
     }
     state_->send(out);
     for (auto& l : gone) {
@@ -108,23 +109,23 @@ PETREL_DECL void server_node::replicate(replication_plan plan) {
 
 PETREL_DECL bool server_node::chain_whole() const {
     locked lock(*state_);
-    return state_->copying == 0 && !state_->copy_failed;
+    return state_->status().chain_whole;
 }
 
 PETREL_DECL std::uint64_t server_node::join_ready() const {
     locked lock(*state_);
-    return state_->moves.join_ready(state_->plan.version);
+    return state_->status().join_ready;
 }
 
 PETREL_DECL std::uint64_t server_node::hand_over_ready() const {
     locked lock(*state_);
     // (An update that did not arrive is copied again before the hand-over.)
-    return state_->moves.hand_over_ready(state_->plan.version);
+    return state_->status().hand_over_ready;
 }
 
 PETREL_DECL bool server_node::handing_over() const {
     locked lock(*state_);
-    return state_->moves.handing_over();
+    return state_->status().handing_over;
 }
 
 PETREL_DECL bool server_node::awaiting_hand_over() const {
@@ -135,6 +136,37 @@ PETREL_DECL bool server_node::awaiting_hand_over() const {
 PETREL_DECL std::uint64_t server_node::plan_version() const {
     locked lock(*state_);
     return state_->plan.version;
+}
+
+PETREL_DECL std::size_t server_node::watch(std::function<void()> cb) {
+    locked lock(*state_);
+    const std::size_t handle = ++state_->next_watch;
+    state_->watchers.emplace(handle, std::move(cb));
+    return handle;
+}
+
+PETREL_DECL void server_node::unwatch(std::size_t handle) {
+    locked lock(*state_);
+    state_->watchers.erase(handle);
+}
+
+PETREL_DECL server_node::state::membership_status server_node::state::status() const {
+    return {.plan = plan.version,
+            .chain_whole = copying == 0 && !copy_failed,
+            .join_ready = moves.join_ready(plan.version),
+            .hand_over_ready = moves.hand_over_ready(plan.version),
+            .handing_over = moves.handing_over()};
+}
+
+PETREL_DECL void server_node::state::tell_watchers() {
+    const auto now = status();
+    if (now == told) {
+        return;
+    }
+    told = now;
+    for (const auto& [handle, cb] : watchers) {
+        asio::post(executor, cb);
+    }
 }
 
 PETREL_DECL std::string server_node::hand_over_blocker() const {

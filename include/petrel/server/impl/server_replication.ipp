@@ -33,6 +33,7 @@ PETREL_DECL void server_node::state::end_of_copy(const connection_ptr& c, wire::
         } else {
             moves.copy_ended(h.receiver, h.clock);
         }
+        tell_watchers();
         out.emplace_back(c, reply_to(h, wire::message_kind::push_reply));
         return;
     }
@@ -233,6 +234,7 @@ PETREL_DECL void server_node::state::rereplicate(const replication_plan& old, bo
                                             it->second.acknowledged(c);
                                         }
                                     }
+                                    st->tell_watchers();
                                 }
                             });
     }
