@@ -1252,22 +1252,17 @@ int recovery_server(const std::string& root) {
     io_thread b;
     petrel::transport_options quiet;
     quiet.log = nullptr;
-    petrel::server_node server(petrel::tcp_transport(a.executor(), quiet),
-                               petrel::server_options{.workers = 2});
+    auto server = std::make_shared<petrel::server_node>(petrel::tcp_transport(a.executor(), quiet),
+                                                        petrel::server_options{.workers = 2});
     petrel::member_options o;
     o.root = root;
     o.job_id = "recovery";
     o.role = petrel::node_role::server;
     o.rank = 1;
-    o.address = server.listen("127.0.0.1:0");
+    o.address = server->listen("127.0.0.1:0");
     auto m = std::make_shared<petrel::member>(petrel::tcp_transport(b.executor(), quiet), o);
     m->async_join(asio::use_future).get();
-    server.set_node_id(m->id());
-    auto follow = [&server, secret = m->server_secret()](const petrel::member::view_ptr& v) {
-        petrel::follow_view(server, *v, secret);
-    };
-    m->subscribe(follow);
-    follow(m->view());
+    const petrel::server_agent agent(m, server); // follows the views
     std::this_thread::sleep_for(std::chrono::seconds(60));
     return 0;
 }
@@ -1318,10 +1313,10 @@ double recovery_trial(std::chrono::milliseconds heartbeat_timeout) {
         o.address = std::move(address);
         return std::make_shared<petrel::member>(petrel::tcp_transport(io1.executor(), quiet), o);
     };
-    std::vector<std::unique_ptr<petrel::server_node>> servers;
+    std::vector<std::shared_ptr<petrel::server_node>> servers;
     std::vector<std::shared_ptr<petrel::member>> members;
     for (int i = 0; i < 2; ++i) {
-        servers.push_back(std::make_unique<petrel::server_node>(
+        servers.push_back(std::make_shared<petrel::server_node>(
             petrel::tcp_transport(io2.executor(), quiet), petrel::server_options{.workers = 2}));
         members.push_back(member_of(petrel::node_role::server, i == 0 ? 0 : 2,
                                     servers.back()->listen("127.0.0.1:0")));
@@ -1337,15 +1332,9 @@ double recovery_trial(std::chrono::milliseconds heartbeat_timeout) {
     for (auto& j : joins) {
         j.get();
     }
-    for (int i = 0; i < 2; ++i) {
-        auto* server = servers[static_cast<std::size_t>(i)].get();
-        server->set_node_id(members[static_cast<std::size_t>(i)]->id());
-        auto follow = [server, secret = members[static_cast<std::size_t>(i)]->server_secret()](
-                          const petrel::member::view_ptr& v) {
-            petrel::follow_view(*server, *v, secret);
-        };
-        members[static_cast<std::size_t>(i)]->subscribe(follow);
-        follow(members[static_cast<std::size_t>(i)]->view());
+    std::vector<std::unique_ptr<petrel::server_agent>> agents; // they follow the views
+    for (std::size_t i = 0; i < 2; ++i) {
+        agents.push_back(std::make_unique<petrel::server_agent>(members[i], servers[i]));
     }
     std::atomic<bool> stop{false};
     std::atomic<long long> killed_at{0}; // steady-clock ns; 0 before the kill

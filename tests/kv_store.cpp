@@ -1,10 +1,12 @@
 #include <petrel/kv_store.hpp>
 
 #include "support/cluster.hpp"
+#include "support/events.hpp"
 #include "support/frames.hpp"
 
 #include <petrel/cluster/manager_node.hpp>
 #include <petrel/launch/run.hpp>
+#include <petrel/launch/server_agent.hpp>
 
 #include <asio/co_spawn.hpp>
 #include <asio/ip/tcp.hpp>
@@ -778,9 +780,10 @@ struct failover_job {
     std::unique_ptr<petrel::manager_node> manager;
     std::unique_ptr<petrel::manager_node> standby; // takes the job over if asked for
     std::string standby_at;
-    std::vector<std::unique_ptr<petrel::server_node>> servers;
+    std::vector<std::shared_ptr<petrel::server_node>> servers;
     std::vector<std::shared_ptr<petrel::member>> members; // servers, then workers
     std::vector<std::unique_ptr<petrel::worker_node>> workers;
+    std::vector<std::shared_ptr<petrel::server_agent>> agents; // one per server, in order
 
     std::string root;
 
@@ -833,7 +836,7 @@ struct failover_job {
             standby_at = standby->listen("127.0.0.1:0");
         }
         for (std::uint32_t i = 0; i < n; ++i) {
-            servers.push_back(std::make_unique<petrel::server_node>(
+            servers.push_back(std::make_shared<petrel::server_node>(
                 petrel::tcp_transport(io.executor(), t),
                 petrel::server_options{.workers = w, .replication_timeout = 5s}));
             members.push_back(
@@ -850,14 +853,7 @@ struct failover_job {
             j.get();
         }
         for (std::uint32_t i = 0; i < n; ++i) {
-            auto* server = servers[i].get();
-            server->set_node_id(members[i]->id());
-            auto follow =
-                [server, secret = members[i]->server_secret()](const petrel::member::view_ptr& v) {
-                    petrel::follow_view(*server, *v, secret);
-                };
-            members[i]->subscribe(follow);
-            follow(members[i]->view());
+            agents.push_back(std::make_shared<petrel::server_agent>(members[i], servers[i]));
         }
         for (std::uint32_t j = 0; j < w; ++j) {
             workers.push_back(std::make_unique<petrel::worker_node>(
@@ -884,29 +880,17 @@ struct failover_job {
     std::shared_ptr<petrel::member> join_server(std::chrono::milliseconds patience = 20s) {
         petrel::transport_options t;
         t.log = logs.logger();
-        servers.push_back(std::make_unique<petrel::server_node>(
+        servers.push_back(std::make_shared<petrel::server_node>(
             petrel::tcp_transport(io.executor(), t),
             petrel::server_options{.workers = worker_count, .replication_timeout = 5s}));
-        auto* server = servers.back().get();
         auto m = member_of(petrel::node_role::server, static_cast<std::uint32_t>(members.size()),
-                           server->listen("127.0.0.1:0"));
+                           servers.back()->listen("127.0.0.1:0"));
         m->async_join(asio::use_future).get();
-        server->set_node_id(m->id());
-        auto follow = [server, secret = m->server_secret()](const petrel::member::view_ptr& v) {
-            petrel::follow_view(*server, *v, secret);
-        };
-        m->subscribe(follow);
-        follow(m->view());
         joined.push_back(m);
-        const auto until = std::chrono::steady_clock::now() + patience;
-        std::uint64_t reported = 0;
-        while (!m->view()->ring.holds(m->id()) && std::chrono::steady_clock::now() < until) {
-            if (const auto v = server->join_ready(); v != 0 && v != reported) {
-                reported = v;
-                m->async_ready(v, asio::use_future).get();
-            }
-            std::this_thread::sleep_for(5ms);
-        }
+        agents.push_back(std::make_shared<petrel::server_agent>(m, servers.back()));
+        auto took = agents.back()->async_take_over(patience, asio::use_future);
+        INFO(m->failure());
+        CHECK_NOTHROW(took.get());
         return m;
     }
 
@@ -1249,7 +1233,13 @@ TEMPLATE_TEST_CASE("kv_store: a server without replicas hands its keys over and 
     std::error_code left = petrel::errc::timed_out;
     CHECK(train_through<TestType>(job, [&] {
               blocker = job.servers[1]->hand_over_blocker();
-              left = petrel::retire_server(*job.members[1], *job.servers[1], 20s);
+              auto leaving = job.agents[1]->async_retire(20s, asio::use_future);
+              try {
+                  leaving.get();
+                  left = {};
+              } catch (const std::system_error& e) {
+                  left = e.code();
+              }
               job.servers[1]->close();
           }) == 0);
     CHECK(blocker.empty());
@@ -1284,15 +1274,25 @@ TEST_CASE("kv_store: a hand-over given up on leaves the server serving; asked ag
     const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
     kv.push(keys, ones, asio::use_future).get();
     // Its process ends while the hand-over is planned: the wait stops at once.
-    CHECK(petrel::retire_server(*job.members[1], *job.servers[1], 20s, [] { return true; }) ==
-          petrel::errc::shut_down);
+    std::promise<void> planned;
+    const auto watching = job.members[1]->subscribe(
+        [&, once = std::make_shared<std::once_flag>()](const petrel::member::view_ptr& nv) {
+            if (!nv->next_ring.empty()) {
+                std::call_once(*once, [&] { planned.set_value(); });
+            }
+        });
+    auto leaving = job.agents[1]->async_retire(20s, asio::use_future);
+    REQUIRE(planned.get_future().wait_for(20s) == std::future_status::ready);
+    job.members[1]->unsubscribe(watching);
+    job.agents[1]->cancel();
+    CHECK(petrel::test::code_of(leaving) == petrel::errc::shut_down);
     const auto v = job.members[1]->view();
     CHECK(v->find(job.members[1]->id())->state == petrel::node_state::alive);
     CHECK(v->ring.holds(job.members[1]->id()));
     kv.push(keys, ones, asio::use_future).get(); // it still serves, nothing is lost
     CHECK(xt::all(xt::equal(kv.pull(keys, asio::use_future).get().values(), 2.0f)));
     // Asked again (the plan still stands), the hand-over ends and the server leaves.
-    CHECK_FALSE(petrel::retire_server(*job.members[1], *job.servers[1], 20s));
+    CHECK_NOTHROW(job.agents[1]->async_retire(20s, asio::use_future).get());
     job.servers[1]->close();
     CHECK_FALSE(job.members[0]->view()->ring.holds(job.members[1]->id()));
     kv.push(keys, ones, asio::use_future).get();

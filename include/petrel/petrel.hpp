@@ -45,5 +45,6 @@
 #include <petrel/launch/config.hpp>
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/run.hpp>
+#include <petrel/launch/server_agent.hpp>
 
 #include <petrel/kv_store.hpp>

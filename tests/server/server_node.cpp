@@ -8,6 +8,7 @@
 
 #include <petrel/kv_store.hpp>
 #include <petrel/launch/run.hpp>
+#include <petrel/launch/server_agent.hpp>
 
 #include <asio/use_future.hpp>
 #include <xtensor/xtensor.hpp>
@@ -927,42 +928,6 @@ TEST_CASE("server_node: watchers are told of a new plan on the executor, once pe
     petrel::test::drain(io);
     std::lock_guard lock(mutex);
     CHECK(seen == std::vector<std::uint64_t>{3});
-}
-
-TEST_CASE("replication: a view's chains are its live servers' owner lists", "[fault]") {
-    petrel::membership_view v;
-    v.version = 7;
-    for (std::uint32_t i = 1; i <= 3; ++i) {
-        v.nodes.push_back({i,
-                           petrel::node_role::server,
-                           petrel::node_state::alive,
-                           "127.0.0.1:" + std::to_string(4000 + i),
-                           0,
-                           i - 1,
-                           {},
-                           {}});
-    }
-    v.ring = petrel::ring::balanced({.partitions = 16, .replicas = 2},
-                                    std::vector<petrel::node_id>{1, 2, 3});
-    auto plan = petrel::replication_plan_of(v);
-    CHECK(plan.version == 7);
-    REQUIRE(plan.chains.size() == 3);
-    const auto ids = [](const std::vector<petrel::replication_plan::peer>& c) {
-        std::vector<std::uint32_t> out;
-        for (const auto& p : c) {
-            out.push_back(p.id);
-        }
-        return out;
-    };
-    CHECK(ids(plan.chains[1]) == std::vector<std::uint32_t>{1, 2, 3});
-    CHECK(ids(plan.chains[2]) == std::vector<std::uint32_t>{2, 3, 1});
-    CHECK(plan.chains[3].front().address == "127.0.0.1:4003");
-    // A failed server leaves every chain; it is nobody's replica and no primary.
-    v.nodes[1].state = petrel::node_state::failed;
-    plan = petrel::replication_plan_of(v);
-    CHECK(plan.chains.count(2) == 0);
-    CHECK(ids(plan.chains[1]) == std::vector<std::uint32_t>{1, 3});
-    CHECK(ids(plan.chains[3]) == std::vector<std::uint32_t>{3, 1});
 }
 
 TEST_CASE("replication: a push is acknowledged once its replicas hold it", "[fault]") {

@@ -8,16 +8,17 @@
 #include <petrel/core/log.hpp>
 #include <petrel/launch/config.hpp>
 #include <petrel/launch/launcher.hpp>
+#include <petrel/launch/server_agent.hpp>
 #include <petrel/server/server_node.hpp>
 #include <petrel/transport/tcp_transport.hpp>
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/use_future.hpp>
 
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -96,37 +97,37 @@ checkpoint_clocks(const std::filesystem::path& dir) {
 
 } // namespace detail
 
-[[nodiscard]] inline std::error_code retire_server(member& m, const server_node& server,
-                                                   std::chrono::milliseconds patience,
-                                                   std::function<bool()> stop = {});
-
 namespace detail {
 
 /// SIGTERM to a process that hosts only servers (what `kill`, Kubernetes and most
 /// schedulers send before they stop a process): its servers leave one at a time
-/// (`retire_server`), each once it may (`server_node::hand_over_blocker`: its last copy
-/// down its chain is acknowledged, every table it holds keeps a copy elsewhere or the
-/// ring has no replicas). With replicas a server's partitions move to them; without,
-/// it hands them over first, within `hand_over`. A server the manager let go is
-/// `retired`; one that may not leave, or that the manager refused (its keys have no
-/// other live copy, for example the last server), says why and keeps serving, and a
-/// later SIGTERM asks again. Stops listening when destroyed.
+/// (`server_agent::async_retire`), each once it may: it follows the view in which the
+/// previous one left and its last copy down its chain is acknowledged
+/// (`server_agent::async_settle`, waited for up to `patience`), and every table it holds
+/// keeps a copy elsewhere or the ring has no replicas (`server_node::hand_over_blocker`).
+/// With replicas a server's partitions move to them; without, it hands them over first,
+/// within `hand_over`. A server the manager let go is `retired`, and its member closes
+/// `linger` later (the new view reaches the workers meanwhile), which ends its wait at
+/// the final barrier. One that may not leave, or that the manager refused (its keys have
+/// no other live copy, for example the last server), says why and keeps serving, and a
+/// later SIGTERM asks again. Stops listening, and ends its waits, when destroyed.
 class leave_on_sigterm {
 public:
-    leave_on_sigterm(asio::io_context& io, std::vector<std::shared_ptr<member>> members,
-                     std::vector<std::shared_ptr<server_node>> servers,
+    leave_on_sigterm(asio::io_context& io, std::vector<std::shared_ptr<server_agent>> agents,
                      std::chrono::milliseconds patience, std::chrono::milliseconds hand_over,
+                     std::chrono::milliseconds linger,
                      std::function<void(log_level, const std::string&)> say)
-        : signals_(io, SIGTERM), members_(std::move(members)), servers_(std::move(servers)),
-          patience_(patience), hand_over_(hand_over), say_(std::move(say)),
-          control_(std::make_shared<control>()) {
-        control_->signals = &signals_;
-        control_->retired.assign(servers_.size(), false);
-        {
-            std::lock_guard lock(control_->mutex);
-            arm(control_);
-        }
-        thread_ = std::thread([this] { leave_when_asked(); });
+        : signals_(io, SIGTERM), control_(std::make_shared<control>()) {
+        auto& c = *control_;
+        c.agents = std::move(agents);
+        c.patience = patience;
+        c.hand_over = hand_over;
+        c.linger = linger;
+        c.say = std::move(say);
+        c.signals = &signals_;
+        c.retired.assign(c.agents.size(), false);
+        std::lock_guard lock(c.mutex);
+        arm(control_);
     }
     leave_on_sigterm(const leave_on_sigterm&) = delete;
     leave_on_sigterm& operator=(const leave_on_sigterm&) = delete;
@@ -134,28 +135,37 @@ public:
         {
             std::lock_guard lock(control_->mutex);
             control_->stopped = true; // a handler still queued touches only `control`
+            control_->signals = nullptr;
             std::error_code ec;
             signals_.cancel(ec);
         }
-        control_->wake.notify_all();
-        thread_.join();
+        for (auto& a : control_->agents) {
+            a->cancel(); // nothing left to hand over: the process is ending
+        }
     }
 
-    /// Whether the manager let server `i` (of the ones given) leave.
+    /// Whether the manager let server `i` (of the agents given) leave.
     [[nodiscard]] bool retired(std::size_t i) const {
         std::lock_guard lock(control_->mutex);
         return i < control_->retired.size() && control_->retired[i];
     }
 
 private:
-    /// What the signal handler and the leaving thread share.
+    /// What the signal handler and the servers' waits share.
     struct control {
         std::mutex mutex;
-        std::condition_variable wake;
         bool stopped = false;
-        std::uint64_t asked = 0; // SIGTERMs received
+        std::uint64_t asked = 0;    // SIGTERMs received
+        std::uint64_t done = 0;     // SIGTERMs the pass under way (or the last) answers
+        bool leaving = false;       // a pass over the servers is under way
+        std::uint64_t moved_at = 0; // the view in which the last of these servers left
         asio::signal_set* signals = nullptr;
         std::vector<bool> retired;
+        std::vector<std::shared_ptr<server_agent>> agents;
+        std::chrono::milliseconds patience{};
+        std::chrono::milliseconds hand_over{};
+        std::chrono::milliseconds linger{};
+        std::function<void(log_level, const std::string&)> say;
     };
 
     /// Waits for the next SIGTERM. Called with the control's mutex held.
@@ -164,265 +174,117 @@ private:
             if (ec) {
                 return;
             }
-            std::lock_guard lock(c->mutex);
-            if (c->stopped) {
-                return;
+            bool start = false;
+            {
+                std::lock_guard lock(c->mutex);
+                if (c->stopped) {
+                    return;
+                }
+                ++c->asked;
+                arm(c);
+                if (!c->leaving) {
+                    c->leaving = true;
+                    c->done = c->asked;
+                    start = true;
+                }
             }
-            ++c->asked;
-            arm(c);
-            c->wake.notify_all();
+            if (start) {
+                next(c, 0);
+            }
         });
     }
 
-    void leave_when_asked() {
-        auto& c = *control_;
-        std::uint64_t done = 0;
-        std::uint64_t moved_at = 0; // the view in which the last of these servers left
-        std::unique_lock lock(c.mutex);
-        for (;;) {
-            c.wake.wait(lock, [&] { return c.stopped || c.asked != done; });
-            if (c.stopped) {
-                return;
-            }
-            done = c.asked;
-            for (std::size_t i = 0; i < servers_.size() && !c.stopped; ++i) {
-                if (c.retired[i]) {
-                    continue;
+    /// Lets the first server from the `i`-th on that has not left yet leave; after the
+    /// last, starts again if another SIGTERM came meanwhile.
+    static void next(const std::shared_ptr<control>& c, std::size_t i) {
+        std::uint64_t after = 0;
+        {
+            std::lock_guard lock(c->mutex);
+            for (;;) {
+                while (i < c->agents.size() && c->retired[i]) {
+                    ++i;
                 }
-                const auto id = std::to_string(members_[i]->id());
-                // It follows the view in which the previous one left (it may have taken
-                // over keys and started copying them), and a copy down its chain still in
-                // flight ends soon: wait for both (up to `patience_`); any other reason
-                // not to leave stays.
-                const auto until = std::chrono::steady_clock::now() + patience_;
-                while ((servers_[i]->plan_version() < moved_at || !servers_[i]->chain_whole()) &&
-                       !c.stopped && std::chrono::steady_clock::now() < until) {
-                    c.wake.wait_for(lock, std::chrono::milliseconds(50));
-                }
-                const std::string blocker = servers_[i]->hand_over_blocker();
-                if (c.stopped) {
+                if (c->stopped || (i == c->agents.size() && c->done == c->asked)) {
+                    c->leaving = false;
                     return;
                 }
-                lock.unlock();
-                if (!blocker.empty()) {
-                    say_(log_level::warning, "petrel: SIGTERM: server " + id + " cannot leave: " +
-                                                 blocker + "; it keeps serving");
-                    lock.lock();
-                    continue;
+                if (i < c->agents.size()) {
+                    break;
                 }
-                say_(log_level::info,
-                     "petrel: SIGTERM: server " + id + " hands its keys over and leaves");
-                // Refused: the member logs why, and the server keeps serving.
-                const auto ec =
-                    retire_server(*members_[i], *servers_[i], hand_over_, [c = control_] {
-                        std::lock_guard stop_lock(c->mutex);
-                        return c->stopped; // the process is ending: nothing left to hand over
-                    });
-                if (ec == errc::timed_out) {
-                    say_(log_level::warning, "petrel: SIGTERM: server " + id +
-                                                 " did not hand its keys over in time; it "
-                                                 "keeps serving");
-                }
-                const bool ok = !ec;
-                if (ok) {
-                    moved_at = members_[i]->view()->version;
-                }
-                lock.lock();
-                c.retired[i] = ok;
+                c->done = c->asked;
+                i = 0;
+            }
+            after = c->moved_at;
+        }
+        c->agents[i]->async_settle(after, c->patience, [c, i](std::error_code) {
+            // Settled or not (any other reason not to leave stays): it may leave now?
+            leave(c, i);
+        });
+        started(c, i);
+    }
+
+    /// A wait of agent `i` started: ended at once if the destructor ran meanwhile (it
+    /// sets `stopped` before it ends the agents' waits, so one of the two ends it).
+    static void started(const std::shared_ptr<control>& c, std::size_t i) {
+        bool stopped = false;
+        {
+            std::lock_guard lock(c->mutex);
+            stopped = c->stopped;
+        }
+        if (stopped) {
+            c->agents[i]->cancel();
+        }
+    }
+
+    static void leave(const std::shared_ptr<control>& c, std::size_t i) {
+        {
+            std::lock_guard lock(c->mutex);
+            if (c->stopped) {
+                c->leaving = false;
+                return;
             }
         }
+        auto& agent = *c->agents[i];
+        const auto id = std::to_string(agent.membership().id());
+        if (const auto blocker = agent.server().hand_over_blocker(); !blocker.empty()) {
+            c->say(log_level::warning, "petrel: SIGTERM: server " + id +
+                                           " cannot leave: " + blocker + "; it keeps serving");
+            next(c, i + 1);
+            return;
+        }
+        c->say(log_level::info,
+               "petrel: SIGTERM: server " + id + " hands its keys over and leaves");
+        agent.async_retire(c->hand_over, [c, i, id](std::error_code ec) {
+            // Refused: the member logged why, and the server keeps serving.
+            if (ec == errc::timed_out) {
+                c->say(log_level::warning, "petrel: SIGTERM: server " + id +
+                                               " did not hand its keys over in time; it keeps "
+                                               "serving");
+            }
+            if (!ec) {
+                auto& m = c->agents[i]->membership();
+                const auto v = m.view();
+                {
+                    std::lock_guard lock(c->mutex);
+                    c->retired[i] = true;
+                    c->moved_at = v ? v->version : c->moved_at;
+                }
+                auto linger = std::make_shared<asio::steady_timer>(m.get_executor());
+                linger->expires_after(c->linger);
+                linger->async_wait([linger, a = c->agents[i]](std::error_code) {
+                    a->membership().close(); // ends its wait at the final barrier
+                });
+            }
+            next(c, i + 1);
+        });
+        started(c, i);
     }
 
     asio::signal_set signals_;
-    std::vector<std::shared_ptr<member>> members_;
-    std::vector<std::shared_ptr<server_node>> servers_;
-    std::chrono::milliseconds patience_;
-    std::chrono::milliseconds hand_over_; // for a hand-over without replicas
-    std::function<void(log_level, const std::string&)> say_;
     std::shared_ptr<control> control_;
-    std::thread thread_;
 };
 
 } // namespace detail
-
-namespace detail {
-
-/// A server that joined a running job: reports each plan under which its copies are
-/// complete (`member::async_ready`) until the ring makes it the primary of its share.
-/// Empty, or why it did not within `patience`.
-inline std::string take_over(member& m, const server_node& server,
-                             std::chrono::milliseconds patience) {
-    const auto until = std::chrono::steady_clock::now() + patience;
-    std::uint64_t reported = 0;
-    while (true) {
-        if (const auto v = m.view(); v && v->ring.holds(m.id())) {
-            return {};
-        }
-        if (!m.failure().empty()) {
-            return m.failure();
-        }
-        if (std::chrono::steady_clock::now() >= until) {
-            return "server " + std::to_string(m.id()) +
-                   " joined but was not given its keys within " + std::to_string(patience.count()) +
-                   " ms";
-        }
-        if (const auto ready = server.join_ready(); ready != 0 && ready != reported) {
-            auto answer = m.async_ready(ready, asio::use_future);
-            if (!outcome(answer)) {
-                reported = ready;
-            }
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-}
-
-} // namespace detail
-
-/// The chains along which the servers of view `v` replicate (see
-/// `server_node::replicate`): for each live server that is the primary of some partition,
-/// the live servers of that partition's owner list, primary first. The ring gives every
-/// partition of one primary the same successors. While servers join, also the primaries
-/// of the ring their copies are made for, and where the joining servers listen.
-[[nodiscard]] inline replication_plan replication_plan_of(const membership_view& v) {
-    replication_plan plan;
-    plan.version = v.version;
-    if (v.ring.empty()) {
-        return plan;
-    }
-    auto live = [&v](node_id id) -> const node_info* {
-        const auto* n = v.find(id);
-        return n && n->role == node_role::server && n->state == node_state::alive ? n : nullptr;
-    };
-    plan.partition_of = [r = v.ring](std::uint64_t key) { return r.partition_of(key); };
-    plan.stripe_keys = v.ring.options().stripe_keys;
-    for (std::uint32_t p = 0; p < v.ring.options().partitions; ++p) {
-        const auto owners = v.ring.owners(p);
-        plan.primaries.push_back(owners[0]);
-        const auto* primary = live(owners[0]);
-        if (!primary || plan.chains.count(primary->id) != 0) {
-            continue;
-        }
-        auto& chain = plan.chains[primary->id];
-        for (const auto id : owners) {
-            if (const auto* n = live(id)) {
-                chain.push_back({n->id, n->address});
-            }
-        }
-    }
-    if (!v.next_ring.empty() && v.next_ring.options().partitions == v.ring.options().partitions) {
-        std::set<node_id> learners;
-        for (std::uint32_t p = 0; p < v.next_ring.options().partitions; ++p) {
-            const node_id next = v.next_ring.owners(p)[0];
-            plan.next_primaries.push_back(next);
-            if (const auto* n = live(next);
-                n && !v.ring.holds(next) && learners.insert(next).second) {
-                plan.learners.push_back({n->id, n->address});
-            }
-        }
-    }
-    // A live server on no owner list that joins with no share, or that handed its
-    // partitions over and sends the end of its ownership before it leaves: a peer still.
-    for (const auto& n : v.nodes) {
-        if (n.role == node_role::server && n.state == node_state::alive && !v.ring.holds(n.id) &&
-            (v.next_ring.empty() || !v.next_ring.holds(n.id))) {
-            plan.learners.push_back({n.id, n.address});
-        }
-    }
-    return plan;
-}
-
-/// Server `server`, of member `m`, leaves the running job gracefully
-/// (`member::async_retire`). With replicas its partitions move to them at once. In a
-/// ring without replicas the manager plans their hand-over (`errc::in_progress`): the
-/// server copies them to their new owners and reports it (`member::async_ready`, from
-/// `server_node::hand_over_ready`), the manager makes the new owners their primaries,
-/// the server sends them its last updates and the end of its ownership, and then asks
-/// to leave again. Blocks; completes with the manager's refusal (the server stays in the
-/// job), `errc::timed_out` when the hand-over did not end within `patience`, or
-/// `errc::shut_down` once `stop` (asked every 10 ms, when given) returns true. A plan
-/// given up on stays with the manager until the server leaves or fails. Close the server
-/// once it returns success.
-[[nodiscard]] inline std::error_code retire_server(member& m, const server_node& server,
-                                                   std::chrono::milliseconds patience,
-                                                   std::function<bool()> stop) {
-    auto ask = [&m] {
-        std::error_code ec;
-        for (int attempt = 0; attempt < 3; ++attempt) {
-            // Not answered in time: asked again (a server that left already gets the
-            // same answer as the first time).
-            auto left = m.async_retire(asio::use_future);
-            ec = detail::outcome(left);
-            if (ec != errc::timed_out) {
-                break;
-            }
-        }
-        return ec;
-    };
-    auto asked_at = m.view() ? m.view()->version : 0;
-    auto ec = ask();
-    if (ec != errc::in_progress) {
-        return ec;
-    }
-    const auto until = std::chrono::steady_clock::now() + patience;
-    std::uint64_t reported = 0;
-    while (std::chrono::steady_clock::now() < until) {
-        if (!m.failure().empty()) {
-            return make_error_code(errc::node_failed);
-        }
-        if (stop && stop()) {
-            return make_error_code(errc::shut_down);
-        }
-        const auto v = m.view();
-        if (v && !v->ring.holds(m.id()) && server.plan_version() >= v->version &&
-            !server.handing_over()) {
-            ec = ask(); // its partitions are the others' and its last updates reached them
-            if (ec != errc::in_progress) {
-                return ec;
-            }
-        } else if (v && v->ring.holds(m.id()) && v->next_ring.empty() && v->version > asked_at) {
-            // A view since the answer plans nothing: the plan was dropped (a server failed
-            // or left), or not made yet. Asked again once per such view.
-            asked_at = v->version;
-            ec = ask();
-            if (ec != errc::in_progress) {
-                return ec;
-            }
-            reported = 0;
-        } else if (const auto ready = server.hand_over_ready(); ready != 0 && ready != reported) {
-            auto answer = m.async_ready(ready, asio::use_future);
-            if (const auto e = detail::outcome(answer); !e) {
-                reported = ready;
-            } else if (e == errc::invalid_argument) {
-                ec = ask(); // the plan was lost (a failure, a new manager): planned anew
-                if (ec != errc::in_progress) {
-                    return ec;
-                }
-                reported = 0;
-            }
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return make_error_code(errc::timed_out);
-}
-
-/// Brings server `server` in line with view `v` of its job: workers that left or failed
-/// hold nobody back in the tables' clocks (`server_node::depart_worker`), workers that
-/// joined the running job are served from the current clock (`server_node::admit_worker`),
-/// and updates are replicated along the view's live chains, marked with the job's
-/// server secret `secret` (`member::server_secret`). `run` calls it with every view a
-/// server's member receives; call it the same way when assembling a job by hand.
-inline void follow_view(server_node& server, const membership_view& v, std::uint64_t secret) {
-    for (const auto* n : v.of_role(node_role::worker)) {
-        if (n->state == node_state::alive) {
-            server.admit_worker(n->index);
-        } else {
-            server.depart_worker(n->index);
-        }
-    }
-    auto plan = replication_plan_of(v);
-    plan.secret = secret;
-    server.replicate(std::move(plan));
-}
 
 /// Runs this process's share of a job with resolved settings: hosts the manager, servers
 /// and workers that `s` assigns to this process (every node when no launcher started
@@ -602,22 +464,13 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
             resume_at = detail::checkpoint_clocks(s.restore);
         }
 
-        // Servers follow the view: a worker that left or failed no longer holds anybody
-        // back in the tables' clocks, a worker that joined is served, and updates are
-        // replicated along the live chains.
-        std::vector<std::size_t> subscriptions;
+        // Servers follow the view through their agents: a worker that left or failed no
+        // longer holds anybody back in the tables' clocks, a worker that joined is served,
+        // and updates are replicated along the live chains.
+        std::vector<std::shared_ptr<server_agent>> agents;
         if (status == run_ok) {
             for (std::size_t i = 0; i < servers.size(); ++i) {
-                // A view may still arrive while the server goes away: hold it weakly.
-                std::weak_ptr<server_node> weak = servers[i];
-                auto follow = [weak,
-                               secret = members[i]->server_secret()](const member::view_ptr& v) {
-                    if (const auto server = weak.lock()) {
-                        follow_view(*server, *v, secret);
-                    }
-                };
-                subscriptions.push_back(members[i]->subscribe(follow));
-                follow(members[i]->view());
+                agents.push_back(std::make_shared<server_agent>(members[i], servers[i]));
             }
         }
 
@@ -626,7 +479,8 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         // reach the workers, without the final barrier, and the process ends with success.
         std::optional<detail::leave_on_sigterm> sigterm;
         if (status == run_ok && !servers.empty() && !manager && s.workers_here == 0) {
-            sigterm.emplace(io, members, servers, 2 * s.heartbeat_timeout, s.startup_timeout,
+            sigterm.emplace(io, agents, 2 * s.heartbeat_timeout, s.startup_timeout,
+                            s.heartbeat_interval,
                             [&](log_level level, const std::string& text) { say(level, text); });
         }
 
@@ -641,9 +495,14 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                     bool is_worker = m->options().role == node_role::worker;
                     if (s.join && !is_worker && i < servers.size()) {
                         // Reports its copies complete until the ring gives it its keys.
-                        if (auto why = detail::take_over(*m, *servers[i], s.startup_timeout);
-                            !why.empty()) {
-                            failed(why);
+                        auto took = agents[i]->async_take_over(s.startup_timeout, asio::use_future);
+                        if (const auto ec = detail::outcome(took)) {
+                            failed(ec == errc::timed_out
+                                       ? "server " + std::to_string(m->id()) +
+                                             " joined but was not given its keys within " +
+                                             std::to_string(s.startup_timeout.count()) + " ms"
+                                   : m->failure().empty() ? ec.message()
+                                                          : m->failure());
                             results[i] = run_failed;
                         } else {
                             say(log_level::info, "petrel: server " + std::to_string(m->id()) +
@@ -708,24 +567,15 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                         (void)detail::outcome(reported);
                         return;
                     }
+                    // (A server that leaves on SIGTERM ends this wait: its member closes.)
                     auto done = m->async_barrier(group::all, asio::use_future);
-                    if (sigterm) {
-                        while (done.wait_for(std::chrono::milliseconds(50)) !=
-                               std::future_status::ready) {
-                            if (sigterm->retired(i)) {
-                                std::this_thread::sleep_for(s.heartbeat_interval);
-                                m->close(); // ends the wait at the barrier
-                                break;
-                            }
-                        }
-                    }
+                    const auto barrier = detail::outcome(done);
                     if (sigterm && sigterm->retired(i)) {
-                        (void)detail::outcome(done);
                         say(log_level::info, "petrel: server " + std::to_string(m->id()) +
                                                  " left the job; its keys moved to their replicas");
                         return; // it left: no final barrier, no leave
                     }
-                    if (auto ec = detail::outcome(done)) {
+                    if (const auto ec = barrier) {
                         failed(m->failure().empty() ? "final barrier: " + ec.message()
                                                     : m->failure());
                         results[i] = run_failed;
@@ -774,9 +624,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 status = run_failed;
             }
         }
-        for (std::size_t i = 0; i < subscriptions.size(); ++i) {
-            members[i]->unsubscribe(subscriptions[i]);
-        }
+        agents.clear(); // (no view reaches a server from now on)
         for (auto& m : members) {
             m->close();
         }
