@@ -16,6 +16,7 @@
 #include <petrel/server/detail/replicator.hpp>
 #include <petrel/server/detail/row_copy.hpp>
 #include <petrel/server/detail/table.hpp>
+#include <petrel/server/detail/table_set.hpp>
 #include <petrel/server/detail/table_slot.hpp>
 #include <petrel/server/detail/update_window.hpp>
 #include <petrel/transport/connection.hpp>
@@ -90,7 +91,7 @@ struct server_node::state {
     // decision on). Nothing takes `mutex` while it holds `storage` alone.
     mutable std::mutex mutex;
     mutable std::shared_mutex storage;
-    std::map<std::uint32_t, table_slot> tables;
+    detail::table_set tables;       // each table with its clocks; the workers they count
     std::vector<waiting> held_back; // requests sent under a newer view than ours
     bool resync_timer = false;      // reads wait for resync ticks (see table_slot)
     // Primaries whose chain this server joined (or whose keys grew) and whose copy has
@@ -122,8 +123,6 @@ struct server_node::state {
     // The update ids of the pushes applied or held here, so that a resent push
     // applies once.
     detail::update_window applied;
-
-    std::vector<bool> departed_all; // workers gone from every table, also future ones
 
     /// What a server's membership waits for (`server_node::watch`), as last told.
     struct membership_status {
@@ -214,9 +213,6 @@ struct server_node::state {
                           std::error_code ec) const;
 
     std::error_code check_worker(const wire::message_header& h, bool required) const;
-
-    /// The table's slot, created (with its clocks) on first mention.
-    table_slot* slot(std::uint32_t id, std::error_code& ec);
 
     /// Whether this server takes updates from primary `origin` as its learner: it
     /// learns partitions of it, or waits for its hand-over of them.

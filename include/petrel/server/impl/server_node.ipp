@@ -14,7 +14,8 @@ PETREL_DECL server_node::server_node(any_transport transport, server_options opt
     state_->executor = transport_.get_executor();
     state_->log = transport_.options().log;
     state_->limits = transport_.options().limits;
-    state_->departed_all.assign(state_->opts.workers, false);
+    state_->tables =
+        detail::table_set(state_->opts.workers, state_->opts.max_tables, state_->opts.tables);
     state_->replication =
         detail::replicator(state_->executor, state_->log, state_->opts.replication_timeout);
     if (!state_->opts.checkpoints) {
@@ -275,7 +276,7 @@ PETREL_DECL void server_node::restore(const std::filesystem::path& dir,
     std::vector<table_slot*> slots; // every slot first, so that none is replaced on error
     for (auto& [id, t] : loaded) {
         std::error_code ec;
-        slots.push_back(state_->slot(id, ec));
+        slots.push_back(state_->tables.slot(id, ec));
         if (!slots.back()) {
             throw checkpoint_error(dir, "table " + std::to_string(id) + ": " + ec.message());
         }
@@ -594,38 +595,6 @@ PETREL_DECL std::error_code server_node::state::check_worker(const wire::message
         return required ? errc::unknown_worker : std::error_code{};
     }
     return h.worker < opts.workers ? std::error_code{} : errc::unknown_worker;
-}
-
-PETREL_DECL auto server_node::state::slot(std::uint32_t id, std::error_code& ec) -> table_slot* {
-    if (auto it = tables.find(id); it != tables.end()) {
-        return &it->second;
-    }
-    if (tables.size() >= opts.max_tables) {
-        ec = errc::too_many_tables;
-        return nullptr;
-    }
-    const table_registry::entry* declared = opts.tables ? opts.tables->find(id) : nullptr;
-    std::unique_ptr<detail::table_base> storage;
-    if (declared) {
-        try {
-            storage = declared->make();
-        } catch (const std::bad_alloc&) {
-            ec = errc::out_of_memory;
-            return nullptr;
-        }
-    }
-    auto& s = tables.try_emplace(id, opts.workers).first->second;
-    s.table = std::move(storage);
-    s.mean = declared && declared->spec.aggregate == aggregation::mean;
-    if (declared && declared->spec.replicas) {
-        s.replicas = *declared->spec.replicas;
-    }
-    for (std::uint32_t w = 0; w < departed_all.size(); ++w) {
-        if (departed_all[w]) {
-            s.gate.depart(w);
-        }
-    }
-    return &s;
 }
 
 } // namespace petrel

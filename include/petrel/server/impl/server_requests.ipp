@@ -41,7 +41,7 @@ PETREL_DECL void server_node::state::on_push(const connection_ptr& c, wire::mess
     if (!ec && !m.lengths().empty()) {
         ec = errc::invalid_argument; // variable-length rows: not supported by tables
     }
-    table_slot* s = ec ? nullptr : slot(h.table_id, ec);
+    table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec);
     if (!ec && ordered && s->held_bytes + bytes_of(m) > opts.max_held_bytes) {
         ec = errc::backlog_full;
     }
@@ -234,7 +234,7 @@ PETREL_DECL void server_node::state::on_read(const connection_ptr& c, wire::mess
         // could miss keys or hold some twice.
         ec = errc::stale_view;
     }
-    table_slot* s = ec ? nullptr : slot(h.table_id, ec);
+    table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec);
     const bool resyncing = s && h.kind == wire::message_kind::pull && s->resync_holds(h.clock);
     if (!ec && (resyncing || !s->gate.readable(range_of(h), h.clock)) &&
         s->gate.parked() + (s ? s->resync_held.size() : 0) >= opts.max_parked) {
@@ -291,7 +291,7 @@ PETREL_DECL void server_node::state::on_clock(const connection_ptr& c, const wir
     if (!ec && finish && (h.flags & wire::flag_all_tables) != 0) {
         depart(h.worker, nullptr, out);
     } else if (!ec) {
-        if (table_slot* s = slot(h.table_id, ec)) {
+        if (table_slot* s = tables.slot(h.table_id, ec)) {
             const bool splits = range_of(h) != clock_gate<waiting>::all();
             if (finish) {
                 depart(h.worker, s, out);
@@ -323,11 +323,7 @@ PETREL_DECL void server_node::state::admit(std::uint32_t worker) {
         return;
     }
     while (opts.workers <= worker) {
-        const bool gone = opts.workers != worker;
-        for (auto& [id, s] : tables) {
-            s.gate.add_worker(gone);
-        }
-        departed_all.push_back(gone);
+        tables.add_worker(opts.workers != worker); // (an index skipped over left before)
         ++opts.workers;
     }
     if (log) {
@@ -345,9 +341,8 @@ PETREL_DECL void server_node::state::depart(std::uint32_t worker, table_slot* on
         release(*only, out);
         return;
     }
-    departed_all[worker] = true;
+    tables.depart(worker);
     for (auto& [id, s] : tables) {
-        s.depart(worker);
         release(s, out);
     }
 }
