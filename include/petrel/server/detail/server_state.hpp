@@ -9,6 +9,7 @@
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/server/checkpoint_loader.hpp>
+#include <petrel/server/detail/change_watch.hpp>
 #include <petrel/server/detail/checkpoint_call.hpp>
 #include <petrel/server/detail/migration.hpp>
 #include <petrel/server/detail/placement.hpp>
@@ -124,7 +125,8 @@ struct server_node::state {
     // applies once.
     detail::update_window applied;
 
-    /// What a server's membership waits for (`server_node::watch`), as last told.
+    /// What a server's membership waits for: `watchers` (`server_node::watch`) are told
+    /// when it changes.
     struct membership_status {
         std::uint64_t plan = 0;
         bool chain_whole = true;
@@ -133,9 +135,7 @@ struct server_node::state {
         bool handing_over = false;
         bool operator==(const membership_status&) const = default;
     };
-    membership_status told;
-    std::map<std::size_t, std::function<void()>> watchers;
-    std::size_t next_watch = 0;
+    detail::change_watch<membership_status> watchers;
 
     /// The membership status now. Under the lock.
     membership_status status() const;

@@ -141,14 +141,12 @@ PETREL_DECL std::uint64_t server_node::plan_version() const {
 
 PETREL_DECL std::size_t server_node::watch(std::function<void()> cb) {
     locked lock(*state_);
-    const std::size_t handle = ++state_->next_watch;
-    state_->watchers.emplace(handle, std::move(cb));
-    return handle;
+    return state_->watchers.add(std::move(cb));
 }
 
 PETREL_DECL void server_node::unwatch(std::size_t handle) {
     locked lock(*state_);
-    state_->watchers.erase(handle);
+    state_->watchers.remove(handle);
 }
 
 PETREL_DECL server_node::state::membership_status server_node::state::status() const {
@@ -160,14 +158,7 @@ PETREL_DECL server_node::state::membership_status server_node::state::status() c
 }
 
 PETREL_DECL void server_node::state::tell_watchers() {
-    const auto now = status();
-    if (now == told) {
-        return;
-    }
-    told = now;
-    for (const auto& [handle, cb] : watchers) {
-        asio::post(executor, cb);
-    }
+    watchers.note(status(), executor);
 }
 
 PETREL_DECL std::string server_node::hand_over_blocker() const {
