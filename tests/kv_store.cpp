@@ -3,6 +3,7 @@
 #include "support/cluster.hpp"
 #include "support/events.hpp"
 #include "support/frames.hpp"
+#include "support/members.hpp"
 
 #include <petrel/cluster/manager_node.hpp>
 #include <petrel/launch/run.hpp>
@@ -791,14 +792,7 @@ struct failover_job {
                                               std::string address) {
         petrel::transport_options t;
         t.log = logs.logger();
-        petrel::member_options o;
-        o.root = root;
-        o.job_id = "failover";
-        o.role = role;
-        o.rank = rank;
-        o.address = std::move(address);
-        o.heartbeat_interval = 100ms;
-        o.heartbeat_timeout = 1000ms;
+        auto o = petrel::test::member_options_of(root, "failover", role, rank, std::move(address));
         if (!standby_at.empty()) {
             o.standby = {standby_at};
         }

@@ -2,6 +2,7 @@
 
 #include "support/cluster.hpp"
 #include "support/events.hpp"
+#include "support/members.hpp"
 
 #include <petrel/cluster/manager_node.hpp>
 
@@ -41,15 +42,9 @@ struct agent_job {
                                               std::string address) {
         petrel::transport_options t;
         t.log = logs.logger();
-        petrel::member_options o;
-        o.root = root;
-        o.job_id = "agents";
-        o.role = role;
-        o.rank = rank;
-        o.address = std::move(address);
-        o.heartbeat_interval = 100ms;
-        o.heartbeat_timeout = 1000ms;
-        return std::make_shared<petrel::member>(petrel::tcp_transport(io.executor(), t), o);
+        return std::make_shared<petrel::member>(
+            petrel::tcp_transport(io.executor(), t),
+            petrel::test::member_options_of(root, "agents", role, rank, std::move(address)));
     }
 
     /// A server and its member, not joined yet.
