@@ -8,6 +8,7 @@
 //   (petrel_bench --recovery-server ROOT: a server process the recovery case kills;
 //    petrel_bench --threads-server T FILE: the server process of the server_threads cases)
 #include <petrel/petrel.hpp>
+#include <petrel/server/detail/part_runner.hpp>
 #include <petrel/server/detail/table.hpp>
 
 #include "bench_stats.hpp"
@@ -1099,6 +1100,82 @@ void server_threads_apply_case(const settings& st, std::size_t threads, bool sep
     line.print();
 }
 
+/// One large push and pull (64 Ki random u64 keys of 16 floats: 4 MiB each way) to one
+/// table, as a server applies and reads a large request: cut into `threads` parts of
+/// contiguous keys (`split_request`, timed with the rest) that the caller and `threads` - 1
+/// threads of an io_context run at once (`run_parts`). With 1 thread, the request whole
+/// (`apply_shared`, `read_shared`): the baseline of the ratios.
+void server_split_apply_case(const settings& st, std::size_t threads, double& base) {
+    const std::size_t iterations = st.quick ? 5 : 40;
+    const std::size_t key_count = st.quick ? 4096 : 65536;
+    constexpr std::uint32_t width = 16;
+    petrel::detail::table<std::uint64_t, float> table(width);
+    const auto keys = random_keys(key_count, 9100);
+    const std::vector<float> values(key_count * width, 0.5f);
+    petrel::wire::message m;
+    m.header.kind = petrel::wire::message_kind::push;
+    m.header.key_type = petrel::wire::scalar_type::u64;
+    m.header.value_type = petrel::wire::scalar_type::f32;
+    m.header.width = width;
+    m.header.key_count = key_count;
+    m.set_segment(petrel::wire::keys_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    m.set_segment(petrel::wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    if (table.apply_shared(m)) { // creates the rows
+        throw std::runtime_error("server_split_apply: no memory");
+    }
+    asio::io_context io;
+    auto guard = asio::make_work_guard(io);
+    std::vector<std::thread> helpers;
+    for (std::size_t i = 1; i < threads; ++i) {
+        helpers.emplace_back([&io] { io.run(); });
+    }
+    const petrel::detail::part_runner on_threads = [&](std::size_t n,
+                                                       const std::function<void(std::size_t)>& f) {
+        petrel::detail::run_parts(io.get_executor(), n, threads - 1, f);
+    };
+    std::vector<float> out(key_count * width);
+    auto* target = reinterpret_cast<std::byte*>(out.data());
+    auto once = [&](std::size_t) {
+        if (threads == 1) {
+            if (table.apply_shared(m)) {
+                throw std::runtime_error("server_split_apply: no memory");
+            }
+            table.read_shared(m, target);
+            return;
+        }
+        const auto parts = petrel::detail::split_request(m, threads);
+        if (table.apply_split(parts, on_threads)) {
+            throw std::runtime_error("server_split_apply: no memory");
+        }
+        table.read_split(parts, target, on_threads);
+    };
+    samples per_iteration;
+    timed_together(1, 1, once, nullptr);
+    const double seconds = timed_together(1, iterations, once, &per_iteration);
+    guard.reset();
+    for (auto& h : helpers) {
+        h.join();
+    }
+    const double gbps = push_pull_gbps(1, iterations, key_count, width, seconds);
+    if (threads == 1) {
+        base = per_iteration.median();
+    }
+    petrel_bench::json_line line;
+    line.add("case", "server_split_apply_" + std::to_string(threads))
+        .add("median_us", per_iteration.median())
+        .add("p99_us", per_iteration.p99())
+        .add("threads", threads)
+        .add("keys", key_count)
+        .add("width", static_cast<std::size_t>(width))
+        .add("iterations", iterations)
+        .add("goodput_gbps", gbps)
+        .add("speedup_vs_whole", base > 0 ? base / per_iteration.median() : 1.0)
+        .add("cores", static_cast<std::size_t>(std::thread::hardware_concurrency()));
+    line.print();
+}
+
 void server_threads_cases(const settings& st,
                           const std::function<bool(const std::string&)>& wanted) {
     for (const bool separate : {false, true}) {
@@ -1110,6 +1187,12 @@ void server_threads_cases(const settings& st,
             if (wanted(name)) {
                 server_threads_apply_case(st, t, separate, apply_base);
             }
+        }
+    }
+    double split_base = 0;
+    for (std::size_t t : thread_counts()) {
+        if (wanted("server_split_apply_" + std::to_string(t))) {
+            server_split_apply_case(st, t, split_base);
         }
     }
     double base = 0;
@@ -1503,6 +1586,11 @@ int main(int argc, char** argv) {
                                             "server_threads_apply_separate_4",
                                             "server_threads_apply_separate_8",
                                             "server_threads_apply_separate_16",
+                                            "server_split_apply_1",
+                                            "server_split_apply_2",
+                                            "server_split_apply_4",
+                                            "server_split_apply_8",
+                                            "server_split_apply_16",
                                             "server_threads_1",
                                             "server_threads_2",
                                             "server_threads_4",

@@ -551,6 +551,71 @@ TEST_CASE("server_node: pushes and pulls of many workers served on several threa
     CHECK(server.key_count(0) == common.size() + workers * 500);
 }
 
+TEST_CASE("server_node: large pushes and pulls, cut into parts that the server's threads apply "
+          "at once, apply every row once",
+          "[server]") {
+    // Pushes and pulls of 40,000 keys of 16 floats (2.5 MiB) are cut into parts on a server
+    // with four I/O threads, while another worker does the same.
+    constexpr std::size_t keys = 40000;
+    constexpr std::size_t width = 16;
+    constexpr int workers = 2;
+    constexpr int rounds = 4;
+    io_threads io{4};
+    petrel::server_node server(petrel::tcp_transport(io.executor()), {.workers = workers});
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {server.listen("127.0.0.1:0")};
+    o.width = width;
+    std::vector<std::uint64_t> common(keys);
+    for (std::size_t i = 0; i < keys; ++i) {
+        common[i] = i * 131 + 5;
+    }
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+        threads.emplace_back([&] {
+            petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+                petrel::tcp_transport(io.executor()), o);
+            // Each row's values count up along the row, so a part read or applied at
+            // another part's offset shows.
+            xt::xtensor<float, 2> g({keys, width});
+            for (std::size_t i = 0; i < keys; ++i) {
+                for (std::size_t j = 0; j < width; ++j) {
+                    g(i, j) = static_cast<float>(j + 1);
+                }
+            }
+            try {
+                for (int r = 0; r < rounds; ++r) {
+                    kv.push(common, g, asio::use_future).get();
+                    const auto got = kv.pull(common, asio::use_future).get();
+                    const auto v = got.value_span();
+                    for (std::size_t i = 0; i < v.size(); ++i) {
+                        // Whole rows: each value is its row's first times its place.
+                        if (v.data()[i] !=
+                            v.data()[i - i % width] * static_cast<float>(i % width + 1)) {
+                            ++failures;
+                        }
+                    }
+                }
+            } catch (const std::exception&) {
+                ++failures;
+            }
+        });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    CHECK(failures == 0);
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(io.executor()), o);
+    const auto all = kv.pull(common, asio::use_future).get();
+    REQUIRE(all.value_span().size() == keys * width);
+    for (std::size_t i = 0; i < all.value_span().size(); ++i) {
+        REQUIRE(all.value_span().data()[i] ==
+                static_cast<float>(workers * rounds) * static_cast<float>(i % width + 1));
+    }
+    CHECK(server.key_count(0) == keys);
+}
+
 // ---------------------------------------------------------------------------------------
 // Checkpoints: restore checks everything before it replaces anything.
 // ---------------------------------------------------------------------------------------

@@ -9,8 +9,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <span>
 #include <thread>
@@ -260,4 +262,78 @@ TEST_CASE("table: an update rule with state, applied from several threads to key
     CHECK(a.keys == b.keys);
     CHECK(a.values == b.values);
     CHECK(a.state == b.state);
+}
+
+TEST_CASE("table: a push cut into parts, applied on several threads, is the push applied whole; "
+          "so is a pull",
+          "[server]") {
+    constexpr std::uint32_t width = 3;
+    const bool dense = GENERATE(false, true);
+    const bool runs = GENERATE(false, true);
+    CAPTURE(dense, runs);
+    auto make = [&]() -> std::unique_ptr<petrel::detail::table_base> {
+        if (dense) {
+            return std::make_unique<petrel::detail::table<std::uint64_t, float>>(
+                width, petrel::detail::make_updater<float>(petrel::sum{}),
+                petrel::initializer::zeros(), petrel::key_range<std::uint64_t>{0, 100000});
+        }
+        return std::make_unique<petrel::detail::table<std::uint64_t, float>>(width);
+    };
+    // Keys 0..4999 then 20000..22999 (two runs, or listed), each row's values its key and
+    // position, so that a part applied at the wrong offset shows.
+    std::vector<std::uint64_t> keys;
+    if (runs) {
+        keys = {0, 5000, 20000, 23000};
+    } else {
+        for (std::uint64_t k = 0; k < 5000; ++k) {
+            keys.push_back(k);
+        }
+        for (std::uint64_t k = 20000; k < 23000; ++k) {
+            keys.push_back(k);
+        }
+    }
+    auto push = push_rows(keys, width, 0.0F, runs);
+    std::vector<float> values(push.header.key_count * width);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        values[i] = static_cast<float>(i);
+    }
+    push.set_segment(wire::values_segment,
+                     petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    auto whole = make();
+    auto split = make();
+    REQUIRE_FALSE(whole->apply_shared(push));
+    REQUIRE_FALSE(whole->apply_shared(push)); // rows found, not created
+    const auto parts = petrel::detail::split_request(push, 7);
+    REQUIRE(parts.size() == 7);
+    std::vector<std::thread::id> ran_on;
+    std::mutex ran_mutex;
+    const petrel::detail::part_runner on_threads = [&](std::size_t n,
+                                                       const std::function<void(std::size_t)>& f) {
+        std::vector<std::thread> ts;
+        for (std::size_t i = 0; i < n; ++i) {
+            ts.emplace_back([&, i] {
+                f(i);
+                std::lock_guard lock(ran_mutex);
+                ran_on.push_back(std::this_thread::get_id());
+            });
+        }
+        for (auto& t : ts) {
+            t.join();
+        }
+    };
+    REQUIRE_FALSE(split->apply_split(parts, on_threads)); // creates the rows
+    REQUIRE_FALSE(split->apply_split(parts, on_threads));
+    CHECK(ran_on.size() >= 2 * 7);
+    const auto a = split->dump(0);
+    const auto b = whole->dump(0);
+    CHECK(a.rows == b.rows);
+    CHECK(a.keys == b.keys);
+    CHECK(a.values == b.values);
+
+    std::vector<float> read_whole(values.size(), -1.0F);
+    std::vector<float> read_split(values.size(), -1.0F);
+    whole->read_shared(push, reinterpret_cast<std::byte*>(read_whole.data()));
+    split->read_split(parts, reinterpret_cast<std::byte*>(read_split.data()), on_threads);
+    CHECK(read_split == read_whole);
+    CHECK(read_whole[values.size() - 1] == 2 * values.back());
 }

@@ -12,6 +12,7 @@
 #include <petrel/server/detail/change_watch.hpp>
 #include <petrel/server/detail/checkpoint_call.hpp>
 #include <petrel/server/detail/migration.hpp>
+#include <petrel/server/detail/part_runner.hpp>
 #include <petrel/server/detail/placement.hpp>
 #include <petrel/server/detail/push_kind.hpp>
 #include <petrel/server/detail/replicator.hpp>
@@ -43,6 +44,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -74,6 +76,9 @@ struct server_node::shared_work {
     std::unique_lock<std::shared_mutex> rows_held{};
 };
 
+/// The fewest bytes of values in each part of a push or pull cut into parts.
+inline constexpr std::size_t split_least_bytes = std::size_t{256} << 10;
+
 struct server_node::state {
     server_options opts;
     std::weak_ptr<state> self; // for callbacks that may outlive the server
@@ -81,6 +86,9 @@ struct server_node::state {
     detail::replicator replication; // the links to the plan's other servers
     std::shared_ptr<buffer_pool> pool;
     asio::any_io_executor executor; // for completions that must not run under the lock
+    // The other threads that may apply or read parts of one large request (see `run`).
+    std::size_t split_helpers =
+        std::min(16u, std::max(1u, std::thread::hardware_concurrency())) - 1;
     wire::wire_limits limits;
     logger log;
     // Lock order: `mutex`, then `storage`, then a table's rows lock, then one stripe.
@@ -171,8 +179,13 @@ struct server_node::state {
 
     /// Applies or reads `w` (the storage shared, no other lock held), and completes its
     /// reply in `out`; false when it could not (no memory: nothing applied, the reply
-    /// says so).
-    static bool run(shared_work& w, outbox& out) noexcept;
+    /// says so). A push or pull of at least twice `split_least_bytes` of values is cut into
+    /// parts of contiguous keys (`split_request`) that the server's threads apply or read
+    /// at once (`run_parts`: this thread and up to `split_helpers` others).
+    bool run(shared_work& w, outbox& out) const noexcept;
+    /// Applies or reads `w`, cut into parts when it is large. @throws std::bad_alloc (a
+    /// pull; nothing read)
+    std::error_code apply_or_read(const shared_work& w) const;
 
     /// Decides request `m` under the lock, the storage held exclusively; true when `c`
     /// sent what a server does not take.

@@ -16,6 +16,7 @@
 #include <petrel/wire/message.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -158,28 +159,61 @@ public:
     }
 
     void read_shared(const wire::message& m, std::byte* out) const override {
-        Value* dst = reinterpret_cast<Value*>(out);
-        const auto keys = key_seq<Key>::of(m);
         std::shared_lock lock(locks_->rows());
-        if (!dense_ && !keys.runs) {
-            by_stripe(keys.data, [&](std::size_t i) {
-                if (i + ahead < keys.data.size()) {
-                    index_.prefetch(keys.data[i + ahead]);
+        read_locked(m, out);
+    }
+
+    std::error_code apply_split(std::span<const request_part> parts,
+                                const part_runner& run) noexcept override {
+        try {
+            std::vector<split_rows> found(parts.size());
+            std::shared_lock lock(locks_->rows());
+            auto missing = find_split(parts, found, run);
+            if (missing == split_found::missing) {
+                lock.unlock();
+                for (const auto& p : parts) {
+                    create_rows(key_seq<Key>::of(p.message));
                 }
-                read_rows(dst + i * width_, keys.data[i], index_.find(keys.data[i]), 1);
+                lock.lock();
+                missing = find_split(parts, found, run); // rows stay while shared
+            }
+            if (missing != split_found::all) {
+                return errc::out_of_memory; // nothing applied
+            }
+            run(parts.size(), [&](std::size_t i) {
+                const Value* values = parts[i].message.values().template as<Value>().data();
+                const auto keys = key_seq<Key>::of(parts[i].message);
+                if (!dense_ && !keys.runs) {
+                    by_stripe(keys.data, [&](std::size_t k) {
+                        update_rows(values + k * width_, found[i].rows[k], 1);
+                    });
+                } else {
+                    by_stripe(found[i].blocks, [&](const block& b) {
+                        update_rows(values + b.at * width_, b.row, b.rows);
+                    });
+                }
             });
-            return;
+            return {};
+        } catch (const std::bad_alloc&) {
+            return errc::out_of_memory;
         }
-        std::vector<block> blocks;
-        for_each_block(keys, [&](std::size_t i, Key k, std::uint32_t r, std::size_t n) {
-            if (r == npos) {
-                read_rows(dst + i * width_, k, r, n); // initial values: no row to lock
-            } else {
-                blocks.push_back({k, r, static_cast<std::uint32_t>(n), i});
+    }
+
+    void read_split(std::span<const request_part> parts, std::byte* out,
+                    const part_runner& run) const override {
+        std::shared_lock lock(locks_->rows());
+        std::atomic<bool> failed{false};
+        run(parts.size(), [&](std::size_t i) {
+            try {
+                read_locked(parts[i].message,
+                            out + parts[i].first * std::size_t{width_} * sizeof(Value));
+            } catch (const std::bad_alloc&) {
+                failed = true;
             }
         });
-        by_stripe(blocks,
-                  [&](const block& b) { read_rows(dst + b.at * width_, b.key, b.row, b.rows); });
+        if (failed) {
+            throw std::bad_alloc();
+        }
     }
 
     void apply_clock(std::span<const wire::message* const> pushes, bool mean) noexcept override {
@@ -392,6 +426,67 @@ private:
         static_assert(stripe_locks::stripes == 256);
         const auto bits = static_cast<unsigned>(std::bit_width(n));
         return bits > 8 ? bits - 8 : 0;
+    }
+
+    /// `read_shared` with `rows` held. @throws std::bad_alloc
+    void read_locked(const wire::message& m, std::byte* out) const {
+        Value* dst = reinterpret_cast<Value*>(out);
+        const auto keys = key_seq<Key>::of(m);
+        if (!dense_ && !keys.runs) {
+            by_stripe(keys.data, [&](std::size_t i) {
+                if (i + ahead < keys.data.size()) {
+                    index_.prefetch(keys.data[i + ahead]);
+                }
+                read_rows(dst + i * width_, keys.data[i], index_.find(keys.data[i]), 1);
+            });
+            return;
+        }
+        std::vector<block> blocks;
+        for_each_block(keys, [&](std::size_t i, Key k, std::uint32_t r, std::size_t n) {
+            if (r == npos) {
+                read_rows(dst + i * width_, k, r, n); // initial values: no row to lock
+            } else {
+                blocks.push_back({k, r, static_cast<std::uint32_t>(n), i});
+            }
+        });
+        by_stripe(blocks,
+                  [&](const block& b) { read_rows(dst + b.at * width_, b.key, b.row, b.rows); });
+    }
+
+    /// What `apply_split` found of a part's keys: their rows (listed keys of a sparse
+    /// table) or their blocks.
+    struct split_rows {
+        std::vector<std::uint32_t> rows;
+        std::vector<block> blocks;
+    };
+    enum class split_found { all, missing, no_memory };
+
+    /// Finds the rows of every part (`run` runs the parts), under `rows`.
+    split_found find_split(std::span<const request_part> parts, std::vector<split_rows>& found,
+                           const part_runner& run) const {
+        std::atomic<bool> missing{false};
+        std::atomic<bool> no_memory{false};
+        run(parts.size(), [&](std::size_t i) {
+            const auto keys = key_seq<Key>::of(parts[i].message);
+            try {
+                bool stored = true;
+                if (!dense_ && !keys.runs) {
+                    found[i].rows.resize(keys.data.size());
+                    stored = rows_of_keys(keys.data, found[i].rows);
+                } else {
+                    found[i].blocks.clear();
+                    stored = blocks_of(keys, found[i].blocks);
+                }
+                if (!stored) {
+                    missing = true;
+                }
+            } catch (const std::bad_alloc&) {
+                no_memory = true;
+            }
+        });
+        return no_memory ? split_found::no_memory
+               : missing ? split_found::missing
+                         : split_found::all;
     }
 
     /// The blocks of `keys`, or false at the first key not stored. Under `rows`.

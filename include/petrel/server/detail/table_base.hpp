@@ -4,6 +4,7 @@
 #include <petrel/core/error.hpp>
 #include <petrel/core/key_range.hpp>
 #include <petrel/server/checkpoint.hpp>
+#include <petrel/server/detail/request_split.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 
@@ -17,6 +18,11 @@
 #include <system_error>
 
 namespace petrel::detail {
+
+/// Runs the parts of one request: `run(n, f)` calls `f(i)` once for every `i` in [0, n),
+/// on one thread or several at once, and returns when every call has returned (see
+/// `run_parts`).
+using part_runner = std::function<void(std::size_t, const std::function<void(std::size_t)>&)>;
 
 /// A table's storage, whatever its key and value types.
 ///
@@ -85,6 +91,16 @@ public:
     /// `read` while other threads may `apply_shared` or `read_shared`: each row is read
     /// whole, between two pushes. @throws std::bad_alloc
     virtual void read_shared(const wire::message& m, std::byte* out) const = 0;
+    /// `apply_shared` of one push cut into `parts` (`split_request`), whose parts `run`
+    /// may apply on several threads at once. All or nothing: the rows of every part, and
+    /// what each part needs to be applied, are made before any part is applied;
+    /// `errc::out_of_memory` when they cannot be.
+    [[nodiscard]] virtual std::error_code apply_split(std::span<const request_part> parts,
+                                                      const part_runner& run) noexcept = 0;
+    /// `read_shared` of one pull cut into `parts`, each read into `out` from its first
+    /// key on, by `run`. @throws std::bad_alloc (before any part is read)
+    virtual void read_split(std::span<const request_part> parts, std::byte* out,
+                            const part_runner& run) const = 0;
     /// Keys stored.
     [[nodiscard]] virtual std::size_t size() const noexcept = 0;
     /// Bytes of memory the table holds (index, rows, optimizer state, scratch).

@@ -392,7 +392,7 @@ PETREL_DECL bool server_node::state::shares(const connection_ptr& c, const wire:
                      next_hop(opts.node_id, it->second.replicas, ec) == nullptr && !ec);
 }
 
-PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) noexcept {
+PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noexcept {
     std::error_code ec;
     if (w.snapshot) {
         auto& o = out[w.reply];
@@ -410,14 +410,10 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) noexcept {
         o.message.header.clocks.clear();
         return true; // nothing remembered
     }
-    if (w.target) {
-        try {
-            w.table->read_shared(w.request, w.target);
-        } catch (const std::bad_alloc&) {
-            ec = errc::out_of_memory;
-        }
-    } else {
-        ec = w.table->apply_shared(w.request);
+    try {
+        ec = apply_or_read(w);
+    } catch (const std::bad_alloc&) {
+        ec = errc::out_of_memory;
     }
     if (!ec) {
         return true;
@@ -428,6 +424,30 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) noexcept {
     reply.header.key_count = 0;
     reply.set_segment(wire::values_segment, {});
     return w.target != nullptr; // a pull remembered nothing
+}
+
+PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work& w) const {
+    const auto& h = w.request.header;
+    const std::size_t parts =
+        detail::part_count(h.key_count, std::size_t{h.width} * wire::size_of(h.value_type),
+                           split_helpers + 1, split_least_bytes);
+    if (parts <= 1) {
+        if (!w.target) {
+            return w.table->apply_shared(w.request);
+        }
+        w.table->read_shared(w.request, w.target);
+        return {};
+    }
+    const auto split = detail::split_request(w.request, parts);
+    const detail::part_runner run_on_threads = [this](std::size_t n,
+                                                      const std::function<void(std::size_t)>& f) {
+        detail::run_parts(executor, n, split_helpers, f);
+    };
+    if (!w.target) {
+        return w.table->apply_split(split, run_on_threads);
+    }
+    w.table->read_split(split, w.target, run_on_threads);
+    return {};
 }
 
 PETREL_DECL bool server_node::state::decide(const connection_ptr& c, wire::message&& m,
