@@ -888,6 +888,94 @@ TEST_CASE("server_node: saves taken while the same and another table take pushes
     }
 }
 
+TEST_CASE("server_node: a checkpoint call released by a clock copies its table after the "
+          "server's lock: another table takes pushes and pulls while the copy is taken",
+          "[checkpoint]") {
+    petrel::test::temp_dir dir;
+    io_threads io{2};
+    petrel::server_node s(petrel::tcp_transport(io.executor()), {.node_id = 1, .workers = 2});
+    const auto at = s.listen("127.0.0.1:0");
+    // The copy asks the plan which rows are this server's, key by key: at key `stall`,
+    // once armed, it waits until the test lets it go on.
+    constexpr std::uint64_t stall = 77;
+    struct stall_point {
+        std::atomic<bool> armed{false};
+        std::atomic<bool> reached{false};
+        std::promise<void> arrived;
+        std::promise<void> go;
+        std::shared_future<void> going = go.get_future().share();
+    };
+    auto point = std::make_shared<stall_point>();
+    auto arrived = point->arrived.get_future();
+    struct releaser {
+        stall_point& p;
+        bool done = false;
+        void operator()() {
+            if (!std::exchange(done, true)) {
+                p.go.set_value();
+            }
+        }
+        ~releaser() { (*this)(); } // never leaves the copy waiting (before `s` goes)
+    } let_go{*point};
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {at};
+    o.request_timeout = 10s;
+    o.worker = 0;
+    petrel::kv_store<std::uint64_t, float, petrel::sequential> a(
+        petrel::tcp_transport(io.executor()), o);
+    o.worker = 1;
+    petrel::kv_store<std::uint64_t, float, petrel::sequential> b(
+        petrel::tcp_transport(io.executor()), o);
+    o.table_id = 1;
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> other(
+        petrel::tcp_transport(io.executor()), o);
+    auto plan = petrel::replication_plan_of(*a.view());
+    plan.partition_of = [point, inner = plan.partition_of](std::uint64_t key) {
+        if (key == stall && point->armed && !point->reached.exchange(true)) {
+            point->arrived.set_value();
+            point->going.wait();
+        }
+        return inner(key);
+    };
+    s.replicate(plan);
+
+    std::vector<std::uint64_t> keys(5000);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    a.push(keys, ones, asio::use_future).get();
+    b.push(keys, ones, asio::use_future).get();
+    other.push(keys, ones, asio::use_future).get();
+    auto ticked = a.clock();
+    // Under sequential, at clock 1: parked until worker 1 ends clock 0 too.
+    auto saved = a.save(dir.path().string(), asio::use_future);
+    CHECK(saved.wait_for(50ms) == std::future_status::timeout);
+    point->armed = true;
+    auto released = b.clock(); // applies clock 0, then copies table 0 for the call
+    REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+
+    // The copy is being taken, table 0's lock held: table 1 is served meanwhile.
+    auto pushed = other.push(keys, ones, asio::use_future);
+    REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
+    pushed.get();
+    auto pulled = other.pull(keys, asio::use_future);
+    REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+    CHECK(xt::all(xt::equal(pulled.get().values(), 2.0F)));
+    CHECK(saved.wait_for(0s) == std::future_status::timeout);
+
+    let_go();
+    REQUIRE(saved.wait_for(10s) == std::future_status::ready);
+    saved.get();
+    // The shard holds clock 0: both workers' pushes.
+    petrel::server_node restored(petrel::tcp_transport(io.executor()));
+    restored.restore(dir.path());
+    const auto t = restored.rows(0);
+    REQUIRE(t.rows == keys.size());
+    std::vector<float> v(t.rows);
+    REQUIRE(t.values.size() == v.size() * sizeof(float));
+    std::memcpy(v.data(), t.values.data(), t.values.size());
+    CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == 2.0F; }));
+}
+
 // ---------------------------------------------------------------------------------------
 // Replication along the chains of the ring
 // ---------------------------------------------------------------------------------------

@@ -95,19 +95,23 @@ inline constexpr std::size_t max_clock_ranges = 4096;
 ///
 /// @par Thread Safety
 /// All member functions may be called from any thread. Requests from many connections
-/// are read on the executor's threads and decided one at a time under the server's lock.
-/// A worker's unordered push (`eventual`, `bounded_delay`) that goes to no other server
-/// and a pull whose clocks are complete are then applied or read on those threads at the
-/// same time, the lock released and the tables' storage shared (each table locks its rows
-/// by stripe), so update rules may run on several threads at once, for different keys. A
-/// checkpoint call whose clocks are complete when it arrives is copied the same way, holding
-/// its table's rows from its decision on: other tables go on meanwhile, and no push decided
-/// after it is in the copy. Everything else (ordered pushes and their clocks, replication,
-/// hand-overs, remote functions, calls released by a clock) is applied under the lock with the
-/// storage held exclusively. Replies are compressed and sent after both are released, and
-/// checkpoint shards are written by the `checkpoint_writer` on its own thread. Lock order: the
-/// server's lock, then the storage, then a table's rows, then one stripe; the writer's locks
-/// are taken alone.
+/// are read on the executor's threads and decided one at a time under the server's lock;
+/// their rows are applied, read and copied after it, each request holding its table's lock
+/// (tables share 64 locks by id), so requests to different tables run at the same time. A
+/// worker's unordered push (`eventual`, `bounded_delay`) that goes to no other server, a
+/// pull whose clocks are complete and a checkpoint call that is ready when it arrives hold
+/// their table's lock shared and run beside each other (each table locks its rows by
+/// stripe, so update rules may run on several threads at once, for different keys; a large
+/// push or pull is cut into parts that several threads apply or read at once). Ordered
+/// pushes and their clocks, replicated pushes and remote functions hold their table's lock
+/// exclusively: the pushes a clock releases are applied, and the reads and checkpoint calls
+/// it releases read or copied, after the server's lock, in the order decided. What may
+/// touch several tables (replication and copies between servers, hand-overs, a worker
+/// leaving every table, a new plan) holds every table's lock and the server's. No push
+/// decided after a checkpoint call is in its copy. Replies are compressed and sent after
+/// the locks are released, and checkpoint shards are written by the `checkpoint_writer` on
+/// its own thread. Lock order: a table's lock (ascending, when several), then the server's
+/// lock, then a table's rows, then one stripe; the writer's locks are taken alone.
 class server_node {
 public:
     explicit server_node(any_transport transport, server_options opts = {});

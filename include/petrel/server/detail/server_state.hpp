@@ -18,6 +18,7 @@
 #include <petrel/server/detail/replicator.hpp>
 #include <petrel/server/detail/row_copy.hpp>
 #include <petrel/server/detail/table.hpp>
+#include <petrel/server/detail/table_locks.hpp>
 #include <petrel/server/detail/table_set.hpp>
 #include <petrel/server/detail/table_slot.hpp>
 #include <petrel/server/detail/update_window.hpp>
@@ -59,17 +60,25 @@ struct server_node::outgoing {
     std::unique_ptr<checkpoint_writer::shard_job> save; // (a pointer: replies stay small)
 };
 
-/// A worker's unordered push to apply, or a pull to read, once the server's lock is
-/// released (with the storage shared): decided, and its reply made, under the lock.
+/// Row work decided, and its reply made, under the server's lock and done after it, with
+/// the table's lock held (`table_locks`): a worker's unordered push to apply or a pull to
+/// read (the table's lock shared), or what a request that holds its table's lock
+/// exclusively leaves for after the server's lock (`state::later`): the pushes of a clock
+/// to apply, a released pull to read, a parked checkpoint call's snapshot.
 struct server_node::shared_work {
     detail::table_base* table = nullptr;
     wire::message request{};
     std::byte* target = nullptr; // a pull's values, in its reply
     std::size_t reply = 0;       // the reply's place in the outbox
     std::uint32_t primary = 0;   // a push: the primary whose update id it remembered
+    // The pushes of one clock, in (worker, arrival) order, to apply together
+    // (`table_base::apply_clock`, with `mean`).
+    std::vector<wire::message> clock{};
+    bool mean = false;
     // A checkpoint call: the snapshot of table `table_id` for the reply's job, taken with
     // the table's rows held (from the decision on, so that no push decided after the call
-    // is in it), keeping the rows `keep` accepts (every row when null).
+    // is in it), keeping the rows `keep` accepts (every row when null); without the rows
+    // lock when the table's lock is held exclusively.
     bool snapshot = false;
     std::uint32_t table_id = 0;
     std::function<bool(std::uint64_t)> keep{};
@@ -91,15 +100,24 @@ struct server_node::state {
         std::min(16u, std::max(1u, std::thread::hardware_concurrency())) - 1;
     wire::wire_limits limits;
     logger log;
-    // Lock order: `mutex`, then `storage`, then a table's rows lock, then one stripe.
-    // `mutex` guards this state, but for the rows of the tables, which `storage` guards:
-    // held exclusively by whoever holds `mutex` and touches a table (`locked`), and
-    // shared by the pushes, pulls and checkpoint snapshots that `handle` decides under
-    // `mutex` and applies, reads or copies after releasing it (`shared_work`; the tables
-    // then lock rows by stripe, and a snapshot holds its table's rows lock from its
-    // decision on). Nothing takes `mutex` while it holds `storage` alone.
+    // Lock order: a table's lock in `table_locks` (ascending, when several), then `mutex`,
+    // then a table's rows lock, then one stripe. `mutex` guards this state, but for the
+    // rows of the tables, which their table's lock guards. A request to one table
+    // (`handle`) holds that table's lock from before `mutex` until its row work is done,
+    // after `mutex` is released: shared for the pushes, pulls and checkpoint snapshots
+    // that `shares` lets run beside each other (the tables then lock rows by stripe, and
+    // a snapshot holds its table's rows lock from its decision on), exclusively for the
+    // rest, whose row work `later` collects. Whatever may touch several tables holds
+    // every table's lock and `mutex` (`locked`). Nothing takes a table's lock while it
+    // holds `mutex`.
     mutable std::mutex mutex;
-    mutable std::shared_mutex storage;
+    detail::table_locks table_locks;
+    // While `handle` decides a request to one table, holding that table's lock
+    // exclusively: where `release` and `respond` leave the row work they would do under
+    // `mutex` (a clock's pushes to apply, released pulls to read, a parked checkpoint
+    // call's snapshot), for `handle` to do in order after `mutex` and before the table's
+    // lock. Null otherwise: the work is done at once.
+    std::vector<shared_work>* later = nullptr;
     detail::table_set tables;       // each table with its clocks; the workers they count
     std::vector<waiting> held_back; // requests sent under a newer view than ours
     bool resync_timer = false;      // reads wait for resync ticks (see table_slot)
@@ -170,25 +188,53 @@ struct server_node::state {
 
     void handle(const connection_ptr& c, wire::message&& m);
 
-    /// Whether request `m` from `c` is decided with the storage shared and then applied,
-    /// read or copied with no lock of the server held: a worker's unordered push, pull or
-    /// checkpoint call of a table that exists, that waits for nothing, and (a push) that
-    /// goes to no other server (no chain to forward it down, no joining server to teach
-    /// it to), so that the order in which pushes reach the rows matters to no copy.
+    /// Whether request `h` may touch the rows of several tables, or of a table other
+    /// than its own (a server's update, copy or hand-over; a worker leaving every table;
+    /// a kind a server does not take): decided under `locked`.
+    static bool touches_all(const wire::message_header& h);
+
+    /// Whether request `h` may be one that `shares` lets share its table.
+    static bool may_share(const wire::message_header& h);
+
+    /// Whether request `m` from `c` is decided with its table's lock shared and then
+    /// applied, read or copied with no other lock of the server held: a worker's
+    /// unordered push, pull or checkpoint call of a table that exists, that waits for
+    /// nothing, and (a push) that goes to no other server (no chain to forward it down,
+    /// no joining server to teach it to), so that the order in which pushes reach the
+    /// rows matters to no copy.
     bool shares(const connection_ptr& c, const wire::message& m) const;
 
-    /// Applies or reads `w` (the storage shared, no other lock held), and completes its
-    /// reply in `out`; false when it could not (no memory: nothing applied, the reply
-    /// says so). A push or pull of at least twice `split_least_bytes` of values is cut into
-    /// parts of contiguous keys (`split_request`) that the server's threads apply or read
-    /// at once (`run_parts`: this thread and up to `split_helpers` others).
+    /// Whether `m` is the checkpoint call.
+    static bool is_checkpoint_call(const wire::message& m);
+
+    /// `handle` for a request that `shares` its table: true when it did (the request is
+    /// then consumed), false with `m` untouched when it must hold its table alone.
+    bool handle_shared(const connection_ptr& c, wire::message& m, outbox& out);
+
+    /// `handle` for a request to one table that holds the table alone: decided under
+    /// `mutex`, its row work done after it (`later`); true when `c` sent what a server
+    /// does not take.
+    bool handle_alone(const connection_ptr& c, wire::message&& m, outbox& out);
+
+    /// Does `w` now (under `mutex`), or leaves it for after `mutex` when `later` is set.
+    void now_or_later(shared_work&& w, outbox& out);
+
+    /// Does the row work left in `later` so far, under `mutex`: before row work that
+    /// cannot be left for later (a remote function, a clock's rows sent down a chain).
+    void catch_up(outbox& out);
+
+    /// Applies, reads or copies `w` (its table's lock held, the server's not), and
+    /// completes its reply in `out`; false when a push could not be applied (no memory:
+    /// nothing applied, the reply says so). A push or pull of at least twice `split_least_bytes` of
+    /// values is cut into parts of contiguous keys (`split_request`) that the server's threads
+    /// apply or read at once (`run_parts`: this thread and up to `split_helpers` others).
     bool run(shared_work& w, outbox& out) const noexcept;
     /// Applies or reads `w`, cut into parts when it is large. @throws std::bad_alloc (a
     /// pull; nothing read)
     std::error_code apply_or_read(const shared_work& w) const;
 
-    /// Decides request `m` under the lock, the storage held exclusively; true when `c`
-    /// sent what a server does not take.
+    /// Decides request `m` under the lock, its table's lock (or every table's) held
+    /// exclusively; true when `c` sent what a server does not take.
     bool decide(const connection_ptr& c, wire::message&& m, outbox& out);
 
     /// Whether request `h` was sent under a newer view than this server's plan: it
@@ -393,8 +439,17 @@ struct server_node::state {
     void await_resync(std::uint64_t since);
 
     /// Applies the pushes whose clock is complete, then answers the reads that may
-    /// now be answered.
+    /// now be answered (or leaves both to `later`).
     void release(table_slot& s, outbox& out);
+
+    /// Whether a clock's pushes to `s` go to other servers once applied (down a chain, or
+    /// to joining servers).
+    bool sends_rows(const table_slot& s) const;
+
+    /// Answers read `m` (a pull or call whose clocks are complete) into `out`: at once, or
+    /// with `later` set, its rows read (a pull) or copied (a checkpoint call) after the
+    /// lock; a remote function runs at once, after the row work left before it.
+    void respond(table_slot& s, const connection_ptr& c, wire::message&& m, outbox& out);
 
     /// The reply to a pull or call whose clocks are satisfied, for connection `c`.
     /// With `target`, a pull's rows are not read: `*target` says where they go.
@@ -432,11 +487,11 @@ struct server_node::state {
                   bool defer = false);
 };
 
-/// The server's lock, then its storage exclusively: every table to itself.
+/// Every table's lock, then the server's lock: every table to itself.
 struct server_node::locked {
-    explicit locked(const state& s) : server(s.mutex), rows(s.storage) {}
+    explicit locked(const state& s) : tables(s.table_locks), server(s.mutex) {}
+    detail::table_locks::all tables;
     std::lock_guard<std::mutex> server;
-    std::lock_guard<std::shared_mutex> rows;
 };
 
 } // namespace petrel

@@ -31,9 +31,10 @@ using part_runner = std::function<void(std::size_t, const std::function<void(std
 /// `apply_clock` (the pushes of one clock, aggregated per key) runs the update rule and
 /// cannot fail.
 ///
-/// Two members may run on several threads at once: `apply_shared` and `read_shared`, which
+/// Four members may run on several threads at once: `apply_shared`, `read_shared`,
+/// `apply_split` and `read_split`, which
 /// create rows under the table's own lock and touch each row under the lock of its stripe.
-/// Every other member needs the table to itself (the server's storage lock, held
+/// Every other member needs the table to itself (the server's lock of the table, held
 /// exclusively, keeps both kinds apart).
 class table_base {
 public:

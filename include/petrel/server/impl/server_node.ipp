@@ -333,29 +333,11 @@ PETREL_DECL std::uint64_t server_node::state::bytes_of(const wire::message& m) {
 PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::message&& m) {
     outbox out;
     bool refused = false;
-    std::optional<shared_work> work;
-    std::shared_lock<std::shared_mutex> shared_rows; // while `work` runs
-    {
-        std::lock_guard server(mutex);
-        if (shares(c, m)) {
-            shared_rows = std::shared_lock(storage);
-            if (m.header.kind == wire::message_kind::push) {
-                on_push(c, std::move(m), out, &work);
-            } else {
-                on_read(c, std::move(m), out, &work);
-            }
-        } else {
-            std::lock_guard rows(storage);
-            refused = decide(c, std::move(m), out);
-        }
-    }
-    const bool failed = work && !run(*work, out);
-    if (shared_rows.owns_lock()) {
-        shared_rows.unlock();
-    }
-    if (failed) {
-        std::lock_guard server(mutex);
-        applied.forget(work->request.header.update_id, work->primary);
+    if (touches_all(m.header)) {
+        locked lock(*this);
+        refused = decide(c, std::move(m), out);
+    } else if (!may_share(m.header) || !handle_shared(c, m, out)) {
+        refused = handle_alone(c, std::move(m), out);
     }
     send(out);
     if (refused) {
@@ -365,6 +347,70 @@ PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::messa
         }
         c->close();
     }
+}
+
+PETREL_DECL bool server_node::state::handle_shared(const connection_ptr& c, wire::message& m,
+                                                   outbox& out) {
+    std::optional<shared_work> work;
+    std::shared_lock table(table_locks.of(m.header.table_id)); // until `work` is done
+    {
+        std::lock_guard server(mutex);
+        if (!shares(c, m)) {
+            return false;
+        }
+        if (m.header.kind == wire::message_kind::push) {
+            on_push(c, std::move(m), out, &work);
+        } else {
+            on_read(c, std::move(m), out, &work);
+        }
+    }
+    const bool failed = work && !run(*work, out);
+    table.unlock();
+    if (failed) {
+        std::lock_guard server(mutex);
+        applied.forget(work->request.header.update_id, work->primary);
+    }
+    return true;
+}
+
+PETREL_DECL bool server_node::state::handle_alone(const connection_ptr& c, wire::message&& m,
+                                                  outbox& out) {
+    std::vector<shared_work> deferred;
+    std::lock_guard table(table_locks.of(m.header.table_id)); // until `deferred` is done
+    bool refused = false;
+    {
+        std::lock_guard server(mutex);
+        struct leave_later {
+            std::vector<shared_work>*& later;
+            ~leave_later() { later = nullptr; }
+        } reset{later};
+        later = &deferred;
+        refused = decide(c, std::move(m), out);
+    }
+    for (auto& w : deferred) {
+        run(w, out); // a clock's pushes, a read or a snapshot: each answers its own failure
+    }
+    return refused;
+}
+
+PETREL_DECL bool server_node::state::touches_all(const wire::message_header& h) {
+    switch (h.kind) {
+    case wire::message_kind::push:
+    case wire::message_kind::pull:
+    case wire::message_kind::call:
+        return detail::from_server(h);
+    case wire::message_kind::clock:
+        return detail::from_server(h) ||
+               ((h.flags & wire::flag_finish) != 0 && (h.flags & wire::flag_all_tables) != 0);
+    default:
+        return true; // refused: no table is touched
+    }
+}
+
+PETREL_DECL bool server_node::state::may_share(const wire::message_header& h) {
+    return h.kind == wire::message_kind::push
+               ? detail::push_kind_of(h) == detail::push_kind::worker
+               : h.kind == wire::message_kind::pull || h.kind == wire::message_kind::call;
 }
 
 PETREL_DECL bool server_node::state::shares(const connection_ptr& c, const wire::message& m) const {
@@ -382,18 +428,58 @@ PETREL_DECL bool server_node::state::shares(const connection_ptr& c, const wire:
     }
     if (call) {
         // Only the checkpoint call: it reads the table; remote functions may change it.
-        detail::decoded_call decoded;
-        std::string why;
-        return !detail::decode_call(m.values().span(), decoded, why) &&
-               decoded.name == detail::checkpoint_call;
+        return is_checkpoint_call(m);
     }
     std::error_code ec;
     return !push || (moves.learners().empty() &&
                      next_hop(opts.node_id, it->second.replicas, ec) == nullptr && !ec);
 }
 
+PETREL_DECL bool server_node::state::is_checkpoint_call(const wire::message& m) {
+    detail::decoded_call decoded;
+    std::string why;
+    return !detail::decode_call(m.values().span(), decoded, why) &&
+           decoded.name == detail::checkpoint_call;
+}
+
+PETREL_DECL void server_node::state::now_or_later(shared_work&& w, outbox& out) {
+    if (later) {
+        later->push_back(std::move(w));
+    } else {
+        run(w, out);
+    }
+}
+
+PETREL_DECL void server_node::state::catch_up(outbox& out) {
+    if (!later) {
+        return;
+    }
+    for (auto& w : *later) {
+        run(w, out);
+    }
+    later->clear();
+}
+
 PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noexcept {
     std::error_code ec;
+    if (!w.clock.empty()) {
+        // Cannot fail: without memory for the list, the pushes go one by one, as
+        // `apply_clock` does without memory for the sums.
+        try {
+            std::vector<const wire::message*> pushes;
+            pushes.reserve(w.clock.size());
+            for (const auto& m : w.clock) {
+                pushes.push_back(&m);
+            }
+            w.table->apply_clock(pushes, w.mean);
+        } catch (const std::bad_alloc&) {
+            for (const auto& m : w.clock) {
+                const wire::message* one = &m;
+                w.table->apply_clock({&one, 1}, w.mean);
+            }
+        }
+        return true;
+    }
     if (w.snapshot) {
         auto& o = out[w.reply];
         try {
@@ -402,7 +488,9 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noex
             o.save.reset();
             ec = errc::out_of_memory;
         }
-        w.rows_held.unlock();
+        if (w.rows_held.owns_lock()) {
+            w.rows_held.unlock();
+        }
         if (!ec) {
             return true;
         }

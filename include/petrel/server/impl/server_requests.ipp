@@ -268,8 +268,12 @@ PETREL_DECL void server_node::state::on_read(const connection_ptr& c, wire::mess
             }
             return;
         }
+        if (!work) {
+            respond(*s, c, std::move(m), out);
+            return;
+        }
         std::byte* target = nullptr;
-        out.push_back(answer(*s, c, m, work ? &target : nullptr));
+        out.push_back(answer(*s, c, m, &target));
         if (target) {
             *work = shared_work{.table = s->table.get(),
                                 .request = std::move(m),
@@ -403,21 +407,37 @@ PETREL_DECL void server_node::state::release(table_slot& s, outbox& out) {
     auto r = s.gate.release();
     // The pushes come in (clock, worker, arrival) order; each clock's pushes are
     // aggregated per key before the update rule runs.
-    std::vector<const wire::message*> clock_pushes;
+    const bool replicated = !r.pushes.empty() && sends_rows(s);
+    if (replicated) {
+        catch_up(out); // its rows go down the chain as applied: after the work before
+    }
+    std::size_t first = 0; // the clock's first push
     for (std::size_t i = 0; i < r.pushes.size(); ++i) {
         const auto& m = r.pushes[i].request;
-        clock_pushes.push_back(&m);
         s.held_bytes -= bytes_of(m);
-        if (i + 1 == r.pushes.size() || r.pushes[i + 1].request.header.clock != m.header.clock) {
-            if (!replicate_clock(s, clock_pushes)) {
+        if (i + 1 != r.pushes.size() && r.pushes[i + 1].request.header.clock == m.header.clock) {
+            continue;
+        }
+        s.applied_limit = std::max(s.applied_limit, m.header.clock + 1);
+        if (replicated || !later) {
+            std::vector<const wire::message*> clock_pushes;
+            for (std::size_t j = first; j <= i; ++j) {
+                clock_pushes.push_back(&r.pushes[j].request);
+            }
+            if (!replicated || !replicate_clock(s, clock_pushes)) {
                 s.table->apply_clock(clock_pushes, s.mean);
             }
-            s.applied_limit = std::max(s.applied_limit, m.header.clock + 1);
-            clock_pushes.clear();
+        } else {
+            shared_work w{.table = s.table.get(), .mean = s.mean};
+            for (std::size_t j = first; j <= i; ++j) {
+                w.clock.push_back(std::move(r.pushes[j].request));
+            }
+            later->push_back(std::move(w));
         }
+        first = i + 1;
     }
     for (auto& w : r.reads) {
-        out.push_back(answer(s, w.conn, w.request));
+        respond(s, w.conn, std::move(w.request), out);
     }
     if (s.resync_pending.empty() && !s.resync_held.empty()) {
         auto held = std::move(s.resync_held);
@@ -425,6 +445,43 @@ PETREL_DECL void server_node::state::release(table_slot& s, outbox& out) {
         for (auto& w : held) {
             on_read(w.conn, std::move(w.request), out); // checked again
         }
+    }
+}
+
+PETREL_DECL bool server_node::state::sends_rows(const table_slot& s) const {
+    std::error_code ec;
+    return next_hop(opts.node_id, s.replicas, ec) != nullptr || !moves.learners().empty();
+}
+
+PETREL_DECL void server_node::state::respond(table_slot& s, const connection_ptr& c,
+                                             wire::message&& m, outbox& out) {
+    if (!later) {
+        out.push_back(answer(s, c, m));
+        return;
+    }
+    if (m.header.kind == wire::message_kind::call) {
+        if (!is_checkpoint_call(m)) {
+            catch_up(out); // a remote function sees the rows as the work before left them
+            out.push_back(answer(s, c, m));
+            return;
+        }
+        out.push_back(call(s, c, m, true));
+        if (out.back().save && s.table) {
+            later->push_back(shared_work{.table = s.table.get(),
+                                         .reply = out.size() - 1,
+                                         .snapshot = true,
+                                         .table_id = m.header.table_id,
+                                         .keep = primary_rows()});
+        }
+        return;
+    }
+    std::byte* target = nullptr;
+    out.push_back(answer(s, c, m, &target));
+    if (target) {
+        later->push_back(shared_work{.table = s.table.get(),
+                                     .request = std::move(m),
+                                     .target = target,
+                                     .reply = out.size() - 1});
     }
 }
 
