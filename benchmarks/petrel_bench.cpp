@@ -1027,6 +1027,25 @@ void server_threads_case(const settings& st, std::size_t threads, double& base, 
     line.print();
 }
 
+/// A push to a table, as a server receives it: the sorted keys `keys` (u64), each with
+/// `width` floats of 0.5.
+petrel::wire::message table_push(const std::vector<std::uint64_t>& keys, std::uint32_t width) {
+    const std::vector<float> values(keys.size() * width, 0.5f);
+    petrel::wire::message m;
+    m.header.kind = petrel::wire::message_kind::push;
+    m.header.key_type = petrel::wire::scalar_type::u64;
+    m.header.value_type = petrel::wire::scalar_type::f32;
+    m.header.width = width;
+    m.header.key_count = keys.size();
+    m.header.range_begin = keys.front();
+    m.header.range_end = keys.back() + 1;
+    m.set_segment(petrel::wire::keys_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    m.set_segment(petrel::wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    return m;
+}
+
 /// A server's table alone: `threads` threads apply already decoded pushes of 64 Ki random
 /// keys of 16 floats each, and read them back, as a server's I/O threads do for unordered
 /// pushes and ready pulls. The table holds the keys of every thread count's threads from
@@ -1047,22 +1066,8 @@ void server_threads_apply_case(const settings& st, std::size_t threads, bool sep
     }
     auto table_of = [&](std::size_t i) -> table_type& { return *tables[separate ? i : 0]; };
     std::vector<petrel::wire::message> pushes;
-    std::vector<std::vector<std::uint64_t>> keys;
-    const std::vector<float> values(key_count * width, 0.5f);
     for (std::size_t i = 0; i < most; ++i) {
-        keys.push_back(random_keys(key_count, 9000 + i));
-        petrel::wire::message m;
-        m.header.kind = petrel::wire::message_kind::push;
-        m.header.key_type = petrel::wire::scalar_type::u64;
-        m.header.value_type = petrel::wire::scalar_type::f32;
-        m.header.width = width;
-        m.header.key_count = key_count;
-        m.header.range_begin = keys.back().front();
-        m.header.range_end = keys.back().back() + 1;
-        m.set_segment(petrel::wire::keys_segment,
-                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys.back()))));
-        m.set_segment(petrel::wire::values_segment,
-                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        auto m = table_push(random_keys(key_count, 9000 + i), width);
         if (table_of(i).apply_shared(m)) { // creates the rows
             throw std::runtime_error("server_threads_apply: no memory");
         }
@@ -1110,18 +1115,7 @@ void server_split_apply_case(const settings& st, std::size_t threads, double& ba
     const std::size_t key_count = st.quick ? 4096 : 65536;
     constexpr std::uint32_t width = 16;
     petrel::detail::table<std::uint64_t, float> table(width);
-    const auto keys = random_keys(key_count, 9100);
-    const std::vector<float> values(key_count * width, 0.5f);
-    petrel::wire::message m;
-    m.header.kind = petrel::wire::message_kind::push;
-    m.header.key_type = petrel::wire::scalar_type::u64;
-    m.header.value_type = petrel::wire::scalar_type::f32;
-    m.header.width = width;
-    m.header.key_count = key_count;
-    m.set_segment(petrel::wire::keys_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
-    m.set_segment(petrel::wire::values_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    const auto m = table_push(random_keys(key_count, 9100), width);
     if (table.apply_shared(m)) { // creates the rows
         throw std::runtime_error("server_split_apply: no memory");
     }
