@@ -107,11 +107,12 @@ inline constexpr std::size_t max_clock_ranges = 4096;
 /// exclusively: the pushes a clock releases are applied, and the reads and checkpoint calls
 /// it releases read or copied, after the server's lock, in the order decided. What may
 /// touch several tables (replication and copies between servers, hand-overs, a worker
-/// leaving every table, a new plan) holds every table's lock and the server's. No push
-/// decided after a checkpoint call is in its copy. Replies are compressed and sent after
-/// the locks are released, and checkpoint shards are written by the `checkpoint_writer` on
-/// its own thread. Lock order: a table's lock (ascending, when several), then the server's
-/// lock, then a table's rows, then one stripe; the writer's locks are taken alone.
+/// leaving every table, a new plan) holds the lock over all tables exclusively, and the
+/// server's. No push decided after a checkpoint call is in its copy. Replies are compressed
+/// and sent after the locks are released, and checkpoint shards are written by the
+/// `checkpoint_writer` on its own thread. Lock order: the lock over all tables (which a
+/// request to one table holds shared), then a table's lock, then the server's lock, then a
+/// table's rows, then one stripe; the writer's locks are taken alone.
 class server_node {
 public:
     explicit server_node(any_transport transport, server_options opts = {});

@@ -4,43 +4,63 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
-#include <shared_mutex>
+#include <future>
 #include <thread>
 
-TEST_CASE("table_locks: one lock per table id modulo their count; all of them held at once "
-          "keeps every table's work out",
+using namespace std::chrono_literals;
+using petrel::detail::table_locks;
+
+TEST_CASE("table_locks: a table held alone keeps out its own table's work, not another's",
           "[server]") {
-    using petrel::detail::table_locks;
     table_locks locks;
-    CHECK(&locks.of(3) == &locks.of(3 + table_locks::count));
-    CHECK(&locks.of(3) != &locks.of(4));
-    {
-        // Work on one table does not hold another back.
-        std::unique_lock one(locks.of(1));
-        std::unique_lock other(locks.of(2), std::try_to_lock);
-        CHECK(other.owns_lock());
-        std::shared_lock same(locks.of(1), std::try_to_lock);
-        CHECK_FALSE(same.owns_lock());
-    }
-    std::atomic<bool> held{true};
-    std::atomic<bool> entered_while_held{false};
-    std::thread t;
-    {
-        table_locks::all every(locks);
-        t = std::thread([&] {
-            std::shared_lock l(locks.of(17));
-            entered_while_held = held.load();
-        });
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        for (std::uint32_t id = 0; id < table_locks::count; ++id) {
-            std::shared_lock l(locks.of(id), std::try_to_lock);
-            CHECK_FALSE(l.owns_lock());
-        }
-        held = false;
-    }
+    std::promise<void> release;
+    std::shared_future<void> go = release.get_future().share();
+    std::promise<void> holding;
+    std::thread holder([&] {
+        table_locks::alone one(locks, 1);
+        holding.set_value();
+        go.wait();
+    });
+    holding.get_future().wait();
+    // Another table, alone or beside: at once.
+    auto other = std::async(std::launch::async, [&] { table_locks::alone two(locks, 2); });
+    CHECK(other.wait_for(10s) == std::future_status::ready);
+    auto other_beside =
+        std::async(std::launch::async, [&] { table_locks::beside two(locks, 2 + 128); });
+    CHECK(other_beside.wait_for(10s) == std::future_status::ready);
+    // The same table, or one whose id shares its lock: after the holder.
+    std::atomic<bool> let_go{false};
+    auto same = std::async(std::launch::async, [&] {
+        table_locks::beside again(locks, 1 + table_locks::count);
+        return let_go.load();
+    });
+    CHECK(same.wait_for(50ms) == std::future_status::timeout);
+    let_go = true;
+    release.set_value();
+    holder.join();
+    CHECK(same.get());
+}
+
+TEST_CASE("table_locks: every table's lock waits for the work under way, then keeps every "
+          "table's work out",
+          "[server]") {
+    table_locks locks;
+    table_locks::beside under_way(locks, 5);
+    std::promise<void> acquired;
+    auto holding = acquired.get_future();
+    std::promise<void> release;
+    std::shared_future<void> go = release.get_future().share();
+    std::thread t([&] {
+        table_locks::all all(locks);
+        acquired.set_value();
+        go.wait();
+    });
+    CHECK(holding.wait_for(50ms) == std::future_status::timeout); // table 5's work goes first
+    under_way.unlock();
+    REQUIRE(holding.wait_for(10s) == std::future_status::ready);
+    auto other = std::async(std::launch::async, [&] { table_locks::alone a(locks, 17); });
+    CHECK(other.wait_for(50ms) == std::future_status::timeout);
+    release.set_value();
     t.join();
-    CHECK_FALSE(entered_while_held);
-    std::unique_lock after(locks.of(17), std::try_to_lock);
-    CHECK(after.owns_lock()); // every lock released
+    CHECK(other.wait_for(10s) == std::future_status::ready);
 }

@@ -100,7 +100,7 @@ struct server_node::state {
         std::min(16u, std::max(1u, std::thread::hardware_concurrency())) - 1;
     wire::wire_limits limits;
     logger log;
-    // Lock order: a table's lock in `table_locks` (ascending, when several), then `mutex`,
+    // Lock order: `table_locks` (the lock over all tables, then a table's), then `mutex`,
     // then a table's rows lock, then one stripe. `mutex` guards this state, but for the
     // rows of the tables, which their table's lock guards. A request to one table
     // (`handle`) holds that table's lock from before `mutex` until its row work is done,
@@ -108,8 +108,8 @@ struct server_node::state {
     // that `shares` lets run beside each other (the tables then lock rows by stripe, and
     // a snapshot holds its table's rows lock from its decision on), exclusively for the
     // rest, whose row work `later` collects. Whatever may touch several tables holds
-    // every table's lock and `mutex` (`locked`). Nothing takes a table's lock while it
-    // holds `mutex`.
+    // the lock over all tables exclusively, then `mutex` (`locked`). Nothing takes a
+    // lock of `table_locks` while it holds `mutex`.
     mutable std::mutex mutex;
     detail::table_locks table_locks;
     // While `handle` decides a request to one table, holding that table's lock

@@ -352,7 +352,7 @@ PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::messa
 PETREL_DECL bool server_node::state::handle_shared(const connection_ptr& c, wire::message& m,
                                                    outbox& out) {
     std::optional<shared_work> work;
-    std::shared_lock table(table_locks.of(m.header.table_id)); // until `work` is done
+    detail::table_locks::beside table(table_locks, m.header.table_id); // until `work` is done
     {
         std::lock_guard server(mutex);
         if (!shares(c, m)) {
@@ -376,7 +376,8 @@ PETREL_DECL bool server_node::state::handle_shared(const connection_ptr& c, wire
 PETREL_DECL bool server_node::state::handle_alone(const connection_ptr& c, wire::message&& m,
                                                   outbox& out) {
     std::vector<shared_work> deferred;
-    std::lock_guard table(table_locks.of(m.header.table_id)); // until `deferred` is done
+    const detail::table_locks::alone table(table_locks,
+                                           m.header.table_id); // until `deferred` is done
     bool refused = false;
     {
         std::lock_guard server(mutex);
