@@ -398,6 +398,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 so.functions = s.functions;
                 so.tables = s.tables;
                 so.replication_timeout = std::min(s.request_timeout / 2, 2 * s.heartbeat_timeout);
+                so.split_threads = s.threads;
                 auto server =
                     std::make_shared<server_node>(tcp_transport(io.get_executor(), topts), so);
                 const auto bound = server->listen(detail::host_port(s.bind, 0));

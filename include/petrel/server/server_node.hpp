@@ -62,6 +62,10 @@ struct server_options {
     /// released; a writer of its own when null. Servers of one process may share one so
     /// that their saves take turns at the disk.
     std::shared_ptr<checkpoint_writer> checkpoints{};
+    /// The threads that may apply or read the parts of one large push or pull at once,
+    /// the one serving it included: the threads that run the transport's executor. 0: the
+    /// machine's hardware threads, at most 16.
+    std::size_t split_threads = 0;
 };
 
 /// The most key ranges with distinct clocks a table keeps; a tick that could split more

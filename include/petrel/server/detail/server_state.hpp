@@ -96,8 +96,7 @@ struct server_node::state {
     std::shared_ptr<buffer_pool> pool;
     asio::any_io_executor executor; // for completions that must not run under the lock
     // The other threads that may apply or read parts of one large request (see `run`).
-    std::size_t split_helpers =
-        std::min(16u, std::max(1u, std::thread::hardware_concurrency())) - 1;
+    std::size_t split_helpers = 0; // `server_options::split_threads` - 1
     wire::wire_limits limits;
     logger log;
     // Lock order: `table_locks` (the lock over all tables, then a table's), then `mutex`,

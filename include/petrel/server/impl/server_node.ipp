@@ -14,6 +14,12 @@ PETREL_DECL server_node::server_node(any_transport transport, server_options opt
     state_->executor = transport_.get_executor();
     state_->log = transport_.options().log;
     state_->limits = transport_.options().limits;
+    state_->split_helpers =
+        std::min<std::size_t>(state_->opts.split_threads != 0
+                                  ? state_->opts.split_threads
+                                  : std::max(1U, std::thread::hardware_concurrency()),
+                              16) -
+        1;
     state_->tables =
         detail::table_set(state_->opts.workers, state_->opts.max_tables, state_->opts.tables);
     state_->replication =
