@@ -3,6 +3,7 @@
 #include "support/cluster.hpp"
 #include "support/events.hpp"
 #include "support/temp_dir.hpp"
+#include "support/threads.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -26,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <span>
 #include <string>
 #include <system_error>
@@ -505,43 +507,34 @@ TEST_CASE("server_node: pushes and pulls of many workers served on several threa
     for (std::size_t i = 0; i < common.size(); ++i) {
         common[i] = i * 7919;
     }
-    std::atomic<int> failures{0};
-    std::vector<std::thread> threads;
-    for (int w = 0; w < workers; ++w) {
-        threads.emplace_back([&, w] {
-            auto& kv = *stores[static_cast<std::size_t>(w)];
-            std::vector<std::uint64_t> own(500);
-            for (std::size_t i = 0; i < own.size(); ++i) {
-                own[i] = (std::uint64_t{1} << 40) + static_cast<std::uint64_t>(w) * 100000 + i;
-            }
-            const xt::xtensor<float, 2> ones = xt::ones<float>({common.size(), std::size_t{8}});
-            const xt::xtensor<float, 2> mine = xt::ones<float>({own.size(), std::size_t{8}});
-            try {
-                for (int r = 0; r < rounds; ++r) {
-                    kv.push(common, ones, asio::use_future).get();
-                    kv.push(own, mine, asio::use_future).get();
-                    const auto got = kv.pull(common, asio::use_future).get();
-                    for (std::size_t i = 0; i < got.value_span().size(); ++i) {
-                        // Each row whole: the eight values of a key move together.
-                        if (got.value_span().data()[i] != got.value_span().data()[i - i % 8]) {
-                            ++failures;
-                        }
-                    }
+    const int failures = petrel::test::on_threads(workers, [&](int w) {
+        auto& kv = *stores[static_cast<std::size_t>(w)];
+        std::vector<std::uint64_t> own(500);
+        for (std::size_t i = 0; i < own.size(); ++i) {
+            own[i] = (std::uint64_t{1} << 40) + static_cast<std::uint64_t>(w) * 100000 + i;
+        }
+        const xt::xtensor<float, 2> ones = xt::ones<float>({common.size(), std::size_t{8}});
+        const xt::xtensor<float, 2> mine = xt::ones<float>({own.size(), std::size_t{8}});
+        int failed = 0;
+        for (int r = 0; r < rounds; ++r) {
+            kv.push(common, ones, asio::use_future).get();
+            kv.push(own, mine, asio::use_future).get();
+            const auto got = kv.pull(common, asio::use_future).get();
+            for (std::size_t i = 0; i < got.value_span().size(); ++i) {
+                // Each row whole: the eight values of a key move together.
+                if (got.value_span().data()[i] != got.value_span().data()[i - i % 8]) {
+                    ++failed;
                 }
-                const auto got = kv.pull(own, asio::use_future).get();
-                for (std::size_t i = 0; i < got.value_span().size(); ++i) {
-                    if (got.value_span().data()[i] != static_cast<float>(rounds)) {
-                        ++failures;
-                    }
-                }
-            } catch (const std::exception&) {
-                ++failures;
             }
-        });
-    }
-    for (auto& t : threads) {
-        t.join();
-    }
+        }
+        const auto got = kv.pull(own, asio::use_future).get();
+        for (std::size_t i = 0; i < got.value_span().size(); ++i) {
+            if (got.value_span().data()[i] != static_cast<float>(rounds)) {
+                ++failed;
+            }
+        }
+        return failed;
+    });
     CHECK(failures == 0);
     const auto all = stores[0]->pull(common, asio::use_future).get();
     REQUIRE(all.value_span().size() == common.size() * 8);
@@ -569,41 +562,31 @@ TEST_CASE("server_node: large pushes and pulls, cut into parts that the server's
     for (std::size_t i = 0; i < keys; ++i) {
         common[i] = i * 131 + 5;
     }
-    std::atomic<int> failures{0};
-    std::vector<std::thread> threads;
-    for (int w = 0; w < workers; ++w) {
-        threads.emplace_back([&] {
-            petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
-                petrel::tcp_transport(io.executor()), o);
-            // Each row's values count up along the row, so a part read or applied at
-            // another part's offset shows.
-            xt::xtensor<float, 2> g({keys, width});
-            for (std::size_t i = 0; i < keys; ++i) {
-                for (std::size_t j = 0; j < width; ++j) {
-                    g(i, j) = static_cast<float>(j + 1);
+    const int failures = petrel::test::on_threads(workers, [&](int) {
+        petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+            petrel::tcp_transport(io.executor()), o);
+        // Each row's values count up along the row, so a part read or applied at another
+        // part's offset shows.
+        xt::xtensor<float, 2> g({keys, width});
+        for (std::size_t i = 0; i < keys; ++i) {
+            for (std::size_t j = 0; j < width; ++j) {
+                g(i, j) = static_cast<float>(j + 1);
+            }
+        }
+        int failed = 0;
+        for (int r = 0; r < rounds; ++r) {
+            kv.push(common, g, asio::use_future).get();
+            const auto got = kv.pull(common, asio::use_future).get();
+            const auto v = got.value_span();
+            for (std::size_t i = 0; i < v.size(); ++i) {
+                // Whole rows: each value is its row's first times its place.
+                if (v.data()[i] != v.data()[i - i % width] * static_cast<float>(i % width + 1)) {
+                    ++failed;
                 }
             }
-            try {
-                for (int r = 0; r < rounds; ++r) {
-                    kv.push(common, g, asio::use_future).get();
-                    const auto got = kv.pull(common, asio::use_future).get();
-                    const auto v = got.value_span();
-                    for (std::size_t i = 0; i < v.size(); ++i) {
-                        // Whole rows: each value is its row's first times its place.
-                        if (v.data()[i] !=
-                            v.data()[i - i % width] * static_cast<float>(i % width + 1)) {
-                            ++failures;
-                        }
-                    }
-                }
-            } catch (const std::exception&) {
-                ++failures;
-            }
-        });
-    }
-    for (auto& t : threads) {
-        t.join();
-    }
+        }
+        return failed;
+    });
     CHECK(failures == 0);
     petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
         petrel::tcp_transport(io.executor()), o);
@@ -614,6 +597,62 @@ TEST_CASE("server_node: large pushes and pulls, cut into parts that the server's
                 static_cast<float>(workers * rounds) * static_cast<float>(i % width + 1));
     }
     CHECK(server.key_count(0) == keys);
+}
+
+namespace {
+
+/// Sums, and notes the threads it runs on.
+struct thread_noting_sum {
+    struct seen {
+        std::mutex mutex;
+        std::set<std::thread::id> threads;
+    };
+    std::shared_ptr<seen> notes = std::make_shared<seen>();
+    [[nodiscard]] std::size_t state_size(std::size_t) const noexcept { return 0; }
+    void update(std::span<float> w, std::span<float>, std::span<const float> g) const {
+        for (std::size_t j = 0; j < w.size(); ++j) {
+            w[j] += g[j];
+        }
+        const std::lock_guard lock(notes->mutex);
+        notes->threads.insert(std::this_thread::get_id());
+    }
+};
+
+} // namespace
+
+TEST_CASE("server_node: split_threads = 1 applies a large push on the thread serving it alone",
+          "[server]") {
+    constexpr std::size_t keys = 40000;
+    constexpr std::size_t width = 16;
+    const thread_noting_sum rule;
+    auto tables = std::make_shared<petrel::table_registry>();
+    tables->add<std::uint64_t, float>(0, {.width = width}, rule);
+    io_threads io{4};
+    petrel::server_node server(petrel::tcp_transport(io.executor()),
+                               {.tables = tables, .split_threads = 1});
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {server.listen("127.0.0.1:0")};
+    o.width = width;
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(io.executor()), o);
+    std::vector<std::uint64_t> k(keys);
+    std::iota(k.begin(), k.end(), std::uint64_t{0});
+    const xt::xtensor<float, 2> ones = xt::ones<float>({keys, width});
+    for (int round = 1; round <= 3; ++round) {
+        {
+            const std::lock_guard lock(rule.notes->mutex);
+            rule.notes->threads.clear();
+        }
+        kv.push(k, ones, asio::use_future).get();
+        {
+            const std::lock_guard lock(rule.notes->mutex);
+            CHECK(rule.notes->threads.size() == 1);
+        }
+        const auto got = kv.pull(k, asio::use_future).get();
+        REQUIRE(got.value_span().size() == keys * width);
+        CHECK(std::all_of(got.value_span().begin(), got.value_span().end(),
+                          [&](float v) { return v == static_cast<float>(round); }));
+    }
 }
 
 // ---------------------------------------------------------------------------------------
