@@ -1089,6 +1089,90 @@ std::vector<std::uint32_t> holders(const petrel::ring& r, std::uint64_t key, std
 
 } // namespace
 
+namespace {
+
+/// Sums; once armed, its first update waits until the test lets it go on.
+struct stalling_sum {
+    struct point {
+        std::atomic<bool> armed{false};
+        std::atomic<bool> reached{false};
+        std::promise<void> arrived;
+        std::promise<void> go;
+        std::shared_future<void> going = go.get_future().share();
+    };
+    std::shared_ptr<point> at = std::make_shared<point>();
+    [[nodiscard]] std::size_t state_size(std::size_t) const noexcept { return 0; }
+    void update(std::span<float> w, std::span<float>, std::span<const float> g) const {
+        if (at->armed && !at->reached.exchange(true)) {
+            at->arrived.set_value();
+            at->going.wait();
+        }
+        for (std::size_t j = 0; j < w.size(); ++j) {
+            w[j] += g[j];
+        }
+    }
+};
+
+} // namespace
+
+TEST_CASE("server_node: a clock's pushes to one sequential table are applied after the "
+          "server's lock: another sequential table completes clocks meanwhile",
+          "[server]") {
+    const stalling_sum rule;
+    struct releaser {
+        stalling_sum::point& p;
+        bool done = false;
+        void operator()() {
+            if (!std::exchange(done, true)) {
+                p.go.set_value();
+            }
+        }
+        ~releaser() { (*this)(); } // never leaves the update waiting (before `s` goes)
+    } let_go{*rule.at};
+    auto arrived = rule.at->arrived.get_future();
+    auto tables = std::make_shared<petrel::table_registry>();
+    tables->add<std::uint64_t, float>(0, {}, rule);
+    io_threads io{2};
+    petrel::server_node s(petrel::tcp_transport(io.executor()), {.tables = tables});
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {s.listen("127.0.0.1:0")};
+    o.request_timeout = 10s;
+    petrel::kv_store<std::uint64_t, float, petrel::sequential> slow(
+        petrel::tcp_transport(io.executor()), o);
+    o.table_id = 1;
+    petrel::kv_store<std::uint64_t, float, petrel::sequential> other(
+        petrel::tcp_transport(io.executor()), o);
+
+    std::vector<std::uint64_t> keys(1000);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    slow.push(keys, ones, asio::use_future).get(); // held for clock 0
+    rule.at->armed = true;
+    auto ticked = slow.clock(asio::use_future); // applies clock 0: its first row stalls
+    REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+
+    // Table 0's clock is being applied, its lock held: table 1 runs two clocks meanwhile.
+    for (int clock = 1; clock <= 2; ++clock) {
+        auto pushed = other.push(keys, ones, asio::use_future);
+        REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
+        pushed.get();
+        auto next = other.clock(asio::use_future);
+        REQUIRE(next.wait_for(10s) == std::future_status::ready);
+        next.get();
+        auto pulled = other.pull(keys, asio::use_future); // waits for the clock just ended
+        REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+        CHECK(xt::all(xt::equal(pulled.get().values(), static_cast<float>(clock))));
+    }
+    auto read = slow.pull(keys, asio::use_future);
+    CHECK(read.wait_for(50ms) == std::future_status::timeout);
+
+    let_go();
+    REQUIRE(read.wait_for(10s) == std::future_status::ready);
+    CHECK(xt::all(xt::equal(read.get().values(), 1.0F)));
+    REQUIRE(ticked.wait_for(10s) == std::future_status::ready);
+    ticked.get();
+}
+
 TEST_CASE("server_node: watchers are told of a new plan on the executor, once per change",
           "[server]") {
     io_threads io;
