@@ -108,8 +108,9 @@ inline constexpr std::size_t max_clock_ranges = 4096;
 /// stripe, so update rules may run on several threads at once, for different keys; a large
 /// push or pull is cut into parts that several threads apply or read at once). Ordered
 /// pushes and their clocks, replicated pushes and remote functions hold their table's lock
-/// exclusively: the pushes a clock releases are applied, and the reads and checkpoint calls
-/// it releases read or copied, after the server's lock, in the order decided. What may
+/// exclusively: the pushes a clock releases are applied, the reads and checkpoint calls it
+/// releases read or copied, and remote functions run, after the server's lock, in the order
+/// decided. What may
 /// touch several tables (replication and copies between servers, hand-overs, a worker
 /// leaving every table, a new plan) holds the lock over all tables exclusively, and the
 /// server's. No push decided after a checkpoint call is in its copy. Replies are compressed

@@ -64,7 +64,7 @@ struct server_node::outgoing {
 /// the table's lock held (`table_locks`): a worker's unordered push to apply or a pull to
 /// read (the table's lock shared), or what a request that holds its table's lock
 /// exclusively leaves for after the server's lock (`state::later`): the pushes of a clock
-/// to apply, a released pull to read, a parked checkpoint call's snapshot.
+/// to apply, a released pull to read, a parked checkpoint call's snapshot, a remote function.
 struct server_node::shared_work {
     detail::table_base* table = nullptr;
     wire::message request{};
@@ -83,6 +83,9 @@ struct server_node::shared_work {
     std::uint32_t table_id = 0;
     std::function<bool(std::uint64_t)> keep{};
     std::unique_lock<std::shared_mutex> rows_held{};
+    // A remote function call (`request`), run over the table's rows (`keep`: the primary
+    // rows, as `primary_rows` said when it was decided), its result into the reply.
+    bool function = false;
 };
 
 /// The fewest bytes of values in each part of a push or pull cut into parts.
@@ -219,7 +222,7 @@ struct server_node::state {
     void now_or_later(shared_work&& w, outbox& out);
 
     /// Does the row work left in `later` so far, under `mutex`: before row work that
-    /// cannot be left for later (a remote function, a clock's rows sent down a chain).
+    /// cannot be left for later (a clock's rows sent down a chain or to a joining server).
     void catch_up(outbox& out);
 
     /// Applies, reads or copies `w` (its table's lock held, the server's not), and
@@ -446,8 +449,8 @@ struct server_node::state {
     bool sends_rows(const table_slot& s) const;
 
     /// Answers read `m` (a pull or call whose clocks are complete) into `out`: at once, or
-    /// with `later` set, its rows read (a pull) or copied (a checkpoint call) after the
-    /// lock; a remote function runs at once, after the row work left before it.
+    /// with `later` set, its rows read (a pull), copied (a checkpoint call) or handed to
+    /// its remote function after the lock, in turn with the row work left before it.
     void respond(table_slot& s, const connection_ptr& c, wire::message&& m, outbox& out);
 
     /// The reply to a pull or call whose clocks are satisfied, for connection `c`.
@@ -484,6 +487,19 @@ struct server_node::state {
     /// With `defer`, a checkpoint call's snapshot is left to the caller (see `save`).
     outgoing call(table_slot& s, const connection_ptr& c, const wire::message& m,
                   bool defer = false);
+
+    /// Runs remote function call `m` over `table` (null: never pushed here): over the
+    /// rows `primary_rows` accepts for the result, then over the others with the result
+    /// dropped (all rows once when null). `errc::unknown_function` without functions.
+    std::error_code invoke(detail::table_base* table, const wire::message& m,
+                           const std::function<bool(std::uint64_t)>& primary_rows,
+                           std::vector<std::byte>& result, std::string& message) const;
+
+    /// Completes a call's reply with `result`, or with failure `ec` and `message`
+    /// (at most 4 KiB of it); a result over `wire::max_control_bytes` is refused.
+    /// @throws std::bad_alloc
+    static void call_result(wire::message& reply, std::error_code ec,
+                            std::span<const std::byte> result, std::string& message);
 };
 
 /// Every table's lock, then the server's lock: every table to itself.

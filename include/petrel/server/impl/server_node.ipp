@@ -395,7 +395,7 @@ PETREL_DECL bool server_node::state::handle_alone(const connection_ptr& c, wire:
         refused = decide(c, std::move(m), out);
     }
     for (auto& w : deferred) {
-        run(w, out); // a clock's pushes, a read or a snapshot: each answers its own failure
+        run(w, out); // each answers its own failure
     }
     return refused;
 }
@@ -484,6 +484,20 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noex
                 const wire::message* one = &m;
                 w.table->apply_clock({&one, 1}, w.mean);
             }
+        }
+        return true;
+    }
+    if (w.function) {
+        auto& reply = out[w.reply].message;
+        std::vector<std::byte> result;
+        std::string message;
+        try {
+            const auto ec = invoke(w.table, w.request, w.keep, result, message);
+            call_result(reply, ec, result, message);
+        } catch (const std::bad_alloc&) {
+            reply.header.status = status_of(errc::out_of_memory);
+            reply.header.clocks.clear();
+            reply.set_segment(wire::values_segment, {});
         }
         return true;
     }

@@ -461,8 +461,15 @@ PETREL_DECL void server_node::state::respond(table_slot& s, const connection_ptr
     }
     if (m.header.kind == wire::message_kind::call) {
         if (!is_checkpoint_call(m)) {
-            catch_up(out); // a remote function sees the rows as the work before left them
-            out.push_back(answer(s, c, m));
+            // A remote function runs after the lock, in turn with the row work before it.
+            auto reply = reply_to(m.header, wire::message_kind::call_reply);
+            reply.header.clocks = s.gate.entries(range_of(m.header), max_entries());
+            out.emplace_back(c, std::move(reply));
+            later->push_back(shared_work{.table = s.table.get(),
+                                         .request = std::move(m),
+                                         .reply = out.size() - 1,
+                                         .keep = primary_rows(),
+                                         .function = true});
             return;
         }
         out.push_back(call(s, c, m, true));
@@ -617,47 +624,74 @@ PETREL_DECL auto server_node::state::call(table_slot& s, const connection_ptr& c
                                           const wire::message& m, bool defer) -> outgoing {
     const auto& h = m.header;
     auto reply = reply_to(h, wire::message_kind::call_reply);
-    std::vector<std::byte> result;
+    reply.header.clocks = s.gate.entries(range_of(h), max_entries());
     std::string message;
-    std::error_code ec = errc::unknown_function;
     detail::decoded_call decoded;
     std::string why;
-    std::unique_ptr<checkpoint_writer::shard_job> job;
     if (!detail::decode_call(m.values().span(), decoded, why) &&
         decoded.name == detail::checkpoint_call) {
+        std::unique_ptr<checkpoint_writer::shard_job> job;
+        std::error_code ec;
         try {
             ec = save(s, h, decoded.args, job, message, defer);
         } catch (const std::bad_alloc&) {
             ec = errc::out_of_memory;
         }
-    } else if (opts.functions) {
-        // A function sees the rows this server holds as a primary: the results of
-        // all servers then cover the table once, whatever its replicas.
-        const auto primary_rows = this->primary_rows();
-        try {
-            ec = opts.functions->invoke(m.values().span(), s.table.get(), h.key_type, h.value_type,
-                                        h.width, range_of(h), result, message, primary_rows);
-            if (!ec && primary_rows) {
-                // Then once over the rows held as a replica, its result dropped:
-                // a function that changes rows changes every copy alike.
-                std::vector<std::byte> dropped;
-                std::string why;
-                const std::function<bool(std::uint64_t)> replica_rows =
-                    [&primary_rows](std::uint64_t key) { return !primary_rows(key); };
-                if (const auto failed = opts.functions->invoke(
-                        m.values().span(), s.table.get(), h.key_type, h.value_type, h.width,
-                        range_of(h), dropped, why, replica_rows);
-                    failed && log) {
-                    log(log_level::warning,
-                        "petrel server " + std::to_string(opts.node_id) +
-                            ": a remote function failed on the rows held as a replica: " +
-                            (why.empty() ? failed.message() : why));
-                }
-            }
-        } catch (const std::bad_alloc&) {
-            ec = errc::out_of_memory;
+        if (ec) {
+            call_result(reply, ec, {}, message);
+            return {c, std::move(reply)};
         }
+        outgoing o{c, std::move(reply)};
+        o.save = std::move(job); // its result comes from the write
+        return o;
     }
+    std::vector<std::byte> result;
+    const auto ec = invoke(s.table.get(), m, primary_rows(), result, message);
+    call_result(reply, ec, result, message);
+    return {c, std::move(reply)};
+}
+
+PETREL_DECL std::error_code
+server_node::state::invoke(detail::table_base* table, const wire::message& m,
+                           const std::function<bool(std::uint64_t)>& primary_rows,
+                           std::vector<std::byte>& result, std::string& message) const {
+    if (!opts.functions) {
+        return errc::unknown_function;
+    }
+    const auto& h = m.header;
+    try {
+        // A function sees the rows this server holds as a primary: the results of all
+        // servers then cover the table once, whatever its replicas.
+        const auto ec = opts.functions->invoke(m.values().span(), table, h.key_type, h.value_type,
+                                               h.width, range_of(h), result, message, primary_rows);
+        if (ec || !primary_rows) {
+            return ec;
+        }
+        // Then once over the rows held as a replica, its result dropped: a function that
+        // changes rows changes every copy alike.
+        std::vector<std::byte> dropped;
+        std::string why;
+        const std::function<bool(std::uint64_t)> replica_rows = [&primary_rows](std::uint64_t key) {
+            return !primary_rows(key);
+        };
+        if (const auto failed =
+                opts.functions->invoke(m.values().span(), table, h.key_type, h.value_type, h.width,
+                                       range_of(h), dropped, why, replica_rows);
+            failed && log) {
+            log(log_level::warning, "petrel server " + std::to_string(opts.node_id) +
+                                        ": a remote function failed on the rows held as a "
+                                        "replica: " +
+                                        (why.empty() ? failed.message() : why));
+        }
+        return {};
+    } catch (const std::bad_alloc&) {
+        return errc::out_of_memory;
+    }
+}
+
+PETREL_DECL void server_node::state::call_result(wire::message& reply, std::error_code ec,
+                                                 std::span<const std::byte> result,
+                                                 std::string& message) {
     if (!ec && result.size() > wire::max_control_bytes) {
         ec = errc::frame_too_large; // the worker would refuse the reply
     }
@@ -666,20 +700,14 @@ PETREL_DECL auto server_node::state::call(table_slot& s, const connection_ptr& c
     }
     if (ec) {
         reply.header.status = status_of(ec);
+        reply.header.clocks.clear();
         if (!message.empty()) {
             reply.set_segment(wire::values_segment,
                               shared_bytes::copy_of(std::as_bytes(std::span(message))));
         }
-        return {c, std::move(reply)};
+        return;
     }
-    reply.header.clocks = s.gate.entries(range_of(h), max_entries());
-    outgoing o{c, std::move(reply)};
-    if (job) {
-        o.save = std::move(job); // its result comes from the write
-    } else {
-        o.message.set_segment(wire::values_segment, shared_bytes::copy_of(result));
-    }
-    return o;
+    reply.set_segment(wire::values_segment, shared_bytes::copy_of(result));
 }
 
 } // namespace petrel
