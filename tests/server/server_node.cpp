@@ -53,6 +53,35 @@ namespace {
 constexpr std::uint32_t server_id = 7;
 constexpr std::uint32_t client_id = 3;
 
+/// A point where a server's thread waits, once armed, until the test lets it go on.
+struct stall_point {
+    std::atomic<bool> armed{false};
+    std::atomic<bool> reached{false};
+    std::promise<void> arrived;
+    std::promise<void> go;
+    std::shared_future<void> going = go.get_future().share();
+    /// Waits the first time it is called once armed; returns at once otherwise.
+    void stall_once() {
+        if (armed && !reached.exchange(true)) {
+            arrived.set_value();
+            going.wait();
+        }
+    }
+};
+
+/// Fulfils a promise once: when called, or when it goes, so that it never leaves a
+/// server's thread waiting (declared after the server, it goes first).
+struct releaser {
+    std::promise<void>& p;
+    bool done = false;
+    void operator()() {
+        if (!std::exchange(done, true)) {
+            p.set_value();
+        }
+    }
+    ~releaser() { (*this)(); }
+};
+
 /// A request header for `keys` of type Key on a table of Value rows of `width`.
 template <typename Key, typename Value>
 wire::message request(wire::message_kind kind, std::uint32_t table, const std::vector<Key>& keys,
@@ -804,16 +833,7 @@ TEST_CASE("server_node: a shard is written with no lock held: pushes and pulls o
     petrel::server_node s(petrel::tcp_transport(io.executor()),
                           {.node_id = 1, .checkpoints = writer});
     const auto at = s.listen("127.0.0.1:0");
-    struct releaser {
-        std::promise<void>& p;
-        bool done = false;
-        void operator()() {
-            if (!std::exchange(done, true)) {
-                p.set_value();
-            }
-        }
-        ~releaser() { (*this)(); } // never leaves the writer waiting (before `s` goes)
-    } let_write{release};
+    releaser let_write{release};
     const auto store = [&](std::uint32_t table) {
         petrel::kv_store_options<std::uint64_t> o;
         o.servers = {at};
@@ -937,25 +957,9 @@ TEST_CASE("server_node: a checkpoint call released by a clock copies its table a
     // The copy asks the plan which rows are this server's, key by key: at key `stall`,
     // once armed, it waits until the test lets it go on.
     constexpr std::uint64_t stall = 77;
-    struct stall_point {
-        std::atomic<bool> armed{false};
-        std::atomic<bool> reached{false};
-        std::promise<void> arrived;
-        std::promise<void> go;
-        std::shared_future<void> going = go.get_future().share();
-    };
     auto point = std::make_shared<stall_point>();
     auto arrived = point->arrived.get_future();
-    struct releaser {
-        stall_point& p;
-        bool done = false;
-        void operator()() {
-            if (!std::exchange(done, true)) {
-                p.go.set_value();
-            }
-        }
-        ~releaser() { (*this)(); } // never leaves the copy waiting (before `s` goes)
-    } let_go{*point};
+    releaser let_go{point->go};
     petrel::kv_store_options<std::uint64_t> o;
     o.servers = {at};
     o.request_timeout = 10s;
@@ -970,9 +974,8 @@ TEST_CASE("server_node: a checkpoint call released by a clock copies its table a
         petrel::tcp_transport(io.executor()), o);
     auto plan = petrel::replication_plan_of(*a.view());
     plan.partition_of = [point, inner = plan.partition_of](std::uint64_t key) {
-        if (key == stall && point->armed && !point->reached.exchange(true)) {
-            point->arrived.set_value();
-            point->going.wait();
+        if (key == stall) {
+            point->stall_once();
         }
         return inner(key);
     };
@@ -1093,20 +1096,10 @@ namespace {
 
 /// Sums; once armed, its first update waits until the test lets it go on.
 struct stalling_sum {
-    struct point {
-        std::atomic<bool> armed{false};
-        std::atomic<bool> reached{false};
-        std::promise<void> arrived;
-        std::promise<void> go;
-        std::shared_future<void> going = go.get_future().share();
-    };
-    std::shared_ptr<point> at = std::make_shared<point>();
+    std::shared_ptr<stall_point> at = std::make_shared<stall_point>();
     [[nodiscard]] std::size_t state_size(std::size_t) const noexcept { return 0; }
     void update(std::span<float> w, std::span<float>, std::span<const float> g) const {
-        if (at->armed && !at->reached.exchange(true)) {
-            at->arrived.set_value();
-            at->going.wait();
-        }
+        at->stall_once();
         for (std::size_t j = 0; j < w.size(); ++j) {
             w[j] += g[j];
         }
@@ -1119,21 +1112,12 @@ TEST_CASE("server_node: a clock's pushes to one sequential table are applied aft
           "server's lock: another sequential table completes clocks meanwhile",
           "[server]") {
     const stalling_sum rule;
-    struct releaser {
-        stalling_sum::point& p;
-        bool done = false;
-        void operator()() {
-            if (!std::exchange(done, true)) {
-                p.go.set_value();
-            }
-        }
-        ~releaser() { (*this)(); } // never leaves the update waiting (before `s` goes)
-    } let_go{*rule.at};
     auto arrived = rule.at->arrived.get_future();
     auto tables = std::make_shared<petrel::table_registry>();
     tables->add<std::uint64_t, float>(0, {}, rule);
     io_threads io{2};
     petrel::server_node s(petrel::tcp_transport(io.executor()), {.tables = tables});
+    releaser let_go{rule.at->go};
     petrel::kv_store_options<std::uint64_t> o;
     o.servers = {s.listen("127.0.0.1:0")};
     o.request_timeout = 10s;
@@ -1171,6 +1155,55 @@ TEST_CASE("server_node: a clock's pushes to one sequential table are applied aft
     CHECK(xt::all(xt::equal(read.get().values(), 1.0F)));
     REQUIRE(ticked.wait_for(10s) == std::future_status::ready);
     ticked.get();
+}
+
+TEST_CASE("server_node: a remote function runs after the server's lock: another table takes "
+          "pushes and pulls while it runs",
+          "[server][remote_function]") {
+    auto point = std::make_shared<stall_point>();
+    point->armed = true;
+    auto arrived = point->arrived.get_future();
+    auto functions = std::make_shared<petrel::function_registry>();
+    functions->add<petrel::no_args, std::uint64_t>(
+        "count_slowly", [point](auto& rows, const petrel::no_args&) -> std::uint64_t {
+            point->stall_once();
+            std::uint64_t n = 0;
+            rows.for_each([&](auto, auto) { ++n; });
+            return n;
+        });
+    io_threads io{2};
+    petrel::server_node s(petrel::tcp_transport(io.executor()), {.functions = functions});
+    releaser let_go{point->go};
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {s.listen("127.0.0.1:0")};
+    o.request_timeout = 10s;
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> called(
+        petrel::tcp_transport(io.executor()), o);
+    o.table_id = 1;
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> other(
+        petrel::tcp_transport(io.executor()), o);
+    std::vector<std::uint64_t> keys(1000);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    called.push(keys, ones, asio::use_future).get();
+
+    auto counted =
+        called.call<std::uint64_t>("count_slowly", {0, 1000}, petrel::no_args{}, asio::use_future);
+    REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+    for (int round = 1; round <= 2; ++round) {
+        auto pushed = other.push(keys, ones, asio::use_future);
+        REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
+        pushed.get();
+        auto pulled = other.pull(keys, asio::use_future);
+        REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+        CHECK(xt::all(xt::equal(pulled.get().values(), static_cast<float>(round))));
+    }
+    CHECK(counted.wait_for(0s) == std::future_status::timeout);
+
+    let_go();
+    REQUIRE(counted.wait_for(10s) == std::future_status::ready);
+    const auto parts = counted.get();
+    CHECK(std::accumulate(parts.begin(), parts.end(), std::uint64_t{0}) == keys.size());
 }
 
 TEST_CASE("server_node: watchers are told of a new plan on the executor, once per change",
