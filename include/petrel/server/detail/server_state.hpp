@@ -64,7 +64,8 @@ struct server_node::outgoing {
 /// the table's lock held (`table_locks`): a worker's unordered push to apply or a pull to
 /// read (the table's lock shared), or what a request that holds its table's lock
 /// exclusively leaves for after the server's lock (`state::later`): the pushes of a clock
-/// to apply, a released pull to read, a parked checkpoint call's snapshot, a remote function.
+/// to apply, a released pull to read, a parked checkpoint call's snapshot, a remote function,
+/// a push that goes on to other servers.
 struct server_node::shared_work {
     detail::table_base* table = nullptr;
     wire::message request{};
@@ -86,6 +87,9 @@ struct server_node::shared_work {
     // A remote function call (`request`), run over the table's rows (`keep`: the primary
     // rows, as `primary_rows` said when it was decided), its result into the reply.
     bool function = false;
+    // A push whose rows `accept` reserved: applied whole (`table_base::apply`), which
+    // cannot fail, with the table's lock held exclusively.
+    bool reserved = false;
 };
 
 /// The fewest bytes of values in each part of a push or pull cut into parts.
@@ -220,6 +224,10 @@ struct server_node::state {
 
     /// Does `w` now (under `mutex`), or leaves it for after `mutex` when `later` is set.
     void now_or_later(shared_work&& w, outbox& out);
+
+    /// Applies push `m` to `s`, whose rows `accept` reserved: after `mutex` when `later` is
+    /// set (in turn with the row work before it), else now. Cannot fail.
+    void apply_reserved(table_slot& s, const wire::message& m, outbox& out) noexcept;
 
     /// Does the row work left in `later` so far, under `mutex`: before row work that
     /// cannot be left for later (a clock's rows sent down a chain or to a joining server).

@@ -457,6 +457,19 @@ PETREL_DECL void server_node::state::now_or_later(shared_work&& w, outbox& out) 
     }
 }
 
+PETREL_DECL void server_node::state::apply_reserved(table_slot& s, const wire::message& m,
+                                                    outbox& out) noexcept {
+    if (later) {
+        try {
+            later->push_back(shared_work{.table = s.table.get(), .request = m, .reserved = true});
+            return;
+        } catch (const std::bad_alloc&) {
+            catch_up(out); // then now, in turn
+        }
+    }
+    s.table->apply(m);
+}
+
 PETREL_DECL void server_node::state::catch_up(outbox& out) {
     if (!later) {
         return;
@@ -469,6 +482,10 @@ PETREL_DECL void server_node::state::catch_up(outbox& out) {
 
 PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noexcept {
     std::error_code ec;
+    if (w.reserved) {
+        w.table->apply(w.request);
+        return true;
+    }
     if (!w.clock.empty()) {
         // Cannot fail: without memory for the list, the pushes go one by one, as
         // `apply_clock` does without memory for the sums.

@@ -84,7 +84,7 @@ PETREL_DECL void server_node::state::on_push(const connection_ptr& c, wire::mess
         }
     } else if (!transfer) {
         if (!work) {
-            s->table->apply(m);
+            apply_reserved(*s, m, out); // in the order it goes on to other servers
         }
         s->applied_limit = std::max(s->applied_limit, h.clock + 1);
     }
