@@ -1036,9 +1036,15 @@ struct replicated_servers {
 
     replicated_servers(std::uint32_t n, std::uint32_t replicas, std::uint32_t workers = 1,
                        std::shared_ptr<const petrel::table_registry> tables = nullptr,
+                       std::uint64_t max_held_bytes = std::uint64_t{1} << 30)
+        : replicated_servers(replicas, workers, std::vector(n, tables), max_held_bytes) {}
+
+    /// Server i + 1 with the tables of `tables[i]`.
+    replicated_servers(std::uint32_t replicas, std::uint32_t workers,
+                       const std::vector<std::shared_ptr<const petrel::table_registry>>& tables,
                        std::uint64_t max_held_bytes = std::uint64_t{1} << 30) {
         ring.replicas = replicas;
-        for (std::uint32_t i = 0; i < n; ++i) {
+        for (std::uint32_t i = 0; i < tables.size(); ++i) {
             petrel::transport_options t;
             t.log = logs.logger();
             servers.push_back(std::make_unique<petrel::server_node>(
@@ -1046,7 +1052,7 @@ struct replicated_servers {
                 petrel::server_options{.node_id = i + 1,
                                        .workers = workers,
                                        .max_held_bytes = max_held_bytes,
-                                       .tables = tables,
+                                       .tables = tables[i],
                                        .replication_timeout = 5s}));
             addresses.push_back(servers.back()->listen("127.0.0.1:0"));
         }
@@ -1270,6 +1276,56 @@ TEST_CASE("replication: a push is acknowledged once its replicas hold it", "[fau
         }
     }
     CHECK(c.logs.all().find("did not apply") == std::string::npos);
+}
+
+TEST_CASE("replication: a push that goes down a chain is applied after the server's lock: "
+          "another table is served meanwhile",
+          "[fault]") {
+    // Server 1 applies table 0 with a rule that stalls; server 2 sums.
+    const stalling_sum rule;
+    auto arrived = rule.at->arrived.get_future();
+    auto stalls = std::make_shared<petrel::table_registry>();
+    stalls->add<std::uint64_t, float>(0, {}, rule);
+    auto sums = std::make_shared<petrel::table_registry>();
+    sums->add<std::uint64_t, float>(0, {}, petrel::sum{});
+    replicated_servers c(1, 1, {stalls, sums});
+    releaser let_go{rule.at->go};
+    auto slow = c.store();
+    auto other = c.store(0, 1);
+    std::vector<std::uint64_t> keys; // server 1's as the primary
+    for (std::uint64_t key = 0; keys.size() < 100; ++key) {
+        if (holders(slow->view()->ring, key, 1)[0] == 1) {
+            keys.push_back(key);
+        }
+    }
+    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+    rule.at->armed = true;
+    auto pushed = slow->push(keys, ones, asio::use_future);
+    REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+
+    // Server 1 applies the push, table 0's lock held: table 1 is served meanwhile.
+    for (int round = 1; round <= 2; ++round) {
+        auto next = other->push(keys, ones, asio::use_future);
+        REQUIRE(next.wait_for(10s) == std::future_status::ready);
+        next.get();
+        auto pulled = other->pull(keys, asio::use_future);
+        REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+        CHECK(xt::all(xt::equal(pulled.get().values(), static_cast<float>(round))));
+    }
+    auto read = slow->pull(keys, asio::use_future); // waits for table 0's lock
+    CHECK(read.wait_for(50ms) == std::future_status::timeout);
+
+    let_go();
+    REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
+    pushed.get();
+    REQUIRE(read.wait_for(10s) == std::future_status::ready);
+    CHECK(xt::all(xt::equal(read.get().values(), 1.0F)));
+    const auto primary = c.rows(1);
+    const auto replica = c.rows(2);
+    for (const auto key : keys) {
+        CHECK(primary.at(key) == 1.0F);
+        CHECK(replica.at(key) == 1.0F);
+    }
 }
 
 TEST_CASE("replication: a table may keep fewer copies than the job", "[fault]") {
