@@ -1,0 +1,244 @@
+// Petrel: a manager taking a running job over from its lost manager: the nodes that register
+// again with their views, and the view it takes.
+#ifndef PETREL_CLUSTER_IMPL_MANAGER_TAKEOVER_IPP
+#define PETREL_CLUSTER_IMPL_MANAGER_TAKEOVER_IPP
+
+#include <petrel/cluster/detail/manager_state.hpp>
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace petrel {
+
+// ---- taking a job over ------------------------------------------------------------------
+
+PETREL_DECL void
+manager_node::state::on_return(const connection_ptr& c, const wire::message_header& h,
+                               control_body b, std::vector<outgoing>& out,
+                               std::vector<std::function<void(std::error_code)>>& done) {
+    const membership_view* held = b.view ? &*b.view : nullptr;
+    const node_info* me = held ? held->find(b.id) : nullptr;
+    bool placed = held && !held->ring.empty() &&
+                  held->version < std::numeric_limits<std::uint64_t>::max() / 2;
+    if (placed) {
+        for (const auto owner : held->ring.owner_table()) {
+            const auto* n = held->find(owner);
+            placed = placed && n && n->role == node_role::server;
+        }
+    }
+    if (!placed || held->job_id != opts.job_id || !me || me->role != b.role ||
+        me->role == node_role::manager ||
+        (b.role == node_role::server && (me->address != b.address || b.secret == 0))) {
+        out.push_back({c, refusal(h, errc::invalid_argument,
+                                  "a node registers again with its id and the view it "
+                                  "holds, which names it")});
+        return;
+    }
+    if (ph == phase::running) {
+        const node_info* n = view->find(b.id);
+        const bool live = n && n->state == node_state::alive && n->role == b.role &&
+                          members.count(b.id) != 0 &&
+                          (b.role != node_role::server || b.secret == secret);
+        if (!live) {
+            out.push_back({c, refusal(h, errc::node_failed,
+                                      (n ? n->describe() : "node " + std::to_string(b.id)) +
+                                          " is no live member of job '" + opts.job_id +
+                                          "' any more: it may join again as a new node")});
+            return;
+        }
+        auto& mem = members[b.id];
+        // What it waited for on its old connection it asks for again on this one.
+        for (auto& bar : barriers) {
+            if (bar.arrived.erase(b.id) != 0) {
+                std::erase_if(bar.waiting,
+                              [&](const waiting_barrier& w) { return w.conn == mem.conn; });
+            }
+        }
+        for (auto& [name, st] : schedules) {
+            if (auto w = st.waiting.find(b.id);
+                w != st.waiting.end() && w->second.conn == mem.conn) {
+                st.waiting.erase(w);
+            }
+        }
+        by_conn.erase(mem.conn.get());
+        mem = {c, clock::now()};
+        by_conn[c.get()] = b.id;
+        out.push_back({c, return_reply(h, b.id, b.role)});
+        return;
+    }
+    if (ph == phase::registering) {
+        out.push_back({c, refusal(h, errc::timed_out,
+                                  "the manager at " + address +
+                                      " forms a new job: it takes no running job over")});
+        return;
+    }
+    if (ph != phase::standby) {
+        out.push_back({c, refusal(h, errc::shut_down, "the job is over")});
+        return;
+    }
+    if (me->state != node_state::alive) {
+        out.push_back(
+            {c, refusal(h, errc::node_failed, me->describe() + " is not live in its own view")});
+        return;
+    }
+    if (b.role == node_role::server) {
+        if (returned_secret != 0 && b.secret != returned_secret) {
+            out.push_back({c, refusal(h, errc::invalid_argument,
+                                      "servers of job '" + opts.job_id +
+                                          "' came back with different secrets")});
+            return;
+        }
+        returned_secret = b.secret;
+    }
+    if (auto it = returning.find(b.id); it != returning.end()) {
+        out.push_back({it->second.conn, refusal(it->second.request, errc::timed_out,
+                                                "replaced by a later registration of the node")});
+    }
+    if (returning.empty()) {
+        first_return = clock::now();
+    }
+    if (!newest || newest->version < held->version) {
+        newest = std::make_shared<const membership_view>(*held);
+    }
+    const node_id id = b.id;
+    returning[id] = {c, h, std::move(b)};
+    try_take_over(out, done);
+}
+
+PETREL_DECL wire::message manager_node::state::return_reply(const wire::message_header& h,
+                                                            node_id id, node_role role) const {
+    control_body r;
+    r.op = control_op::join;
+    r.id = id;
+    r.version = view->version;
+    r.view = *view;
+    if (role == node_role::server) {
+        r.secret = secret;
+    }
+    return detail::make_control(r, &h);
+}
+
+PETREL_DECL void
+manager_node::state::try_take_over(std::vector<outgoing>& out,
+                                   std::vector<std::function<void(std::error_code)>>& done) {
+    if (ph != phase::standby || returning.empty() || !newest) {
+        return;
+    }
+    std::size_t voters = 0;
+    std::size_t back = 0;
+    bool all = true;
+    for (const auto& n : newest->nodes) {
+        if (n.role == node_role::manager || n.state != node_state::alive) {
+            continue;
+        }
+        const bool here = returning.count(n.id) != 0;
+        all = all && here;
+        if (n.role != node_role::reader) {
+            ++voters;
+            back += here ? 1 : 0;
+        }
+    }
+    const auto since = clock::now() - first_return;
+    if (all || (since >= opts.heartbeat_timeout && 2 * back > voters)) {
+        take_over(out, done);
+        return;
+    }
+    if (since >= 4 * opts.heartbeat_timeout) {
+        const std::string why = "only " + std::to_string(back) + " of the " +
+                                std::to_string(voters) + " live nodes of job '" + opts.job_id +
+                                "' came here: its manager may still be alive";
+        report(log_level::warning, "did not take the job over: " + why);
+        for (const auto& [id, r] : returning) {
+            out.push_back({r.conn, refusal(r.request, errc::timed_out, why)});
+        }
+        returning.clear();
+        newest.reset();
+        returned_secret = 0;
+    }
+}
+
+PETREL_DECL void
+manager_node::state::take_over(std::vector<outgoing>& out,
+                               std::vector<std::function<void(std::error_code)>>& done) {
+    auto v = std::make_shared<membership_view>(*newest);
+    ++v->version;
+    for (auto& n : v->nodes) {
+        if (n.role == node_role::manager) {
+            n.address = address;
+            n.state = node_state::alive;
+        }
+    }
+    if (returned_secret != 0) {
+        secret = returned_secret;
+    }
+    view = v;
+    ph = phase::running;
+    const auto now = clock::now();
+    std::vector<node_id> absent;
+    std::size_t back = 0;
+    for (const auto& n : v->nodes) {
+        if (n.role == node_role::manager || n.state != node_state::alive) {
+            continue;
+        }
+        auto it = returning.find(n.id);
+        if (it == returning.end()) {
+            absent.push_back(n.id);
+            continue;
+        }
+        members[n.id] = {it->second.conn, now};
+        by_conn[it->second.conn.get()] = n.id;
+        out.push_back({it->second.conn, return_reply(it->second.request, n.id, n.role)});
+        ++back;
+    }
+    for (const auto& [id, r] : returning) {
+        if (members.count(id) == 0) {
+            out.push_back({r.conn, refusal(r.request, errc::node_failed,
+                                           "node " + std::to_string(id) +
+                                               " is not live in the job's newest view")});
+        }
+    }
+    // Servers that were joining when the manager was lost report their copies
+    // again; their plan is the one in the view.
+    entering.clear();
+    ready.clear();
+    planned_at = 0;
+    handing = no_node;
+    if (!v->next_ring.empty()) {
+        for (const auto& n : v->nodes) {
+            if (n.role == node_role::server && n.state == node_state::alive &&
+                v->next_ring.holds(n.id) && !v->ring.holds(n.id)) {
+                entering.push_back(n.id);
+            }
+        }
+        // Or a server was handing its partitions over: it reports its copies again.
+        for (const auto& n : v->nodes) {
+            if (entering.empty() && n.role == node_role::server && n.state == node_state::alive &&
+                v->ring.holds(n.id) && !v->next_ring.holds(n.id)) {
+                handing = n.id;
+                planned_at = v->version;
+            }
+        }
+    }
+    report(log_level::warning, "took job '" + opts.job_id +
+                                   "' over from its lost manager: " + std::to_string(back) +
+                                   " nodes came back (view " + std::to_string(v->version) + ")");
+    returning.clear();
+    newest.reset();
+    for (const auto id : absent) {
+        if (view->find(id)->state == node_state::alive) {
+            fail_node(id, "it did not come back to the manager that took the job over", out, done);
+        }
+    }
+    auto waiting = std::move(held_joins);
+    held_joins.clear();
+    for (auto& j : waiting) {
+        on_join(j.conn, j.request, std::move(j.body), out, done);
+    }
+    check_finished(done);
+}
+
+} // namespace petrel
+
+#endif // PETREL_CLUSTER_IMPL_MANAGER_TAKEOVER_IPP
