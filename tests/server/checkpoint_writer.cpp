@@ -3,6 +3,8 @@
 #include "support/events.hpp"
 #include "support/temp_dir.hpp"
 
+#include <petrel/core/detail/checksum.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -11,4 +11,7 @@
 #include <petrel/cluster/impl/manager_node.ipp>
 #include <petrel/cluster/impl/member.ipp>
 #include <petrel/launch/impl/server_agent.ipp>
+#include <petrel/server/impl/checkpoint_file.ipp>
+#include <petrel/server/impl/checkpoint_format.ipp>
+#include <petrel/server/impl/checkpoint_manifest_io.ipp>
 #include <petrel/server/impl/server_node.ipp>
