@@ -107,17 +107,17 @@ inline constexpr std::size_t max_clock_ranges = 4096;
 /// their table's lock shared and run beside each other (each table locks its rows by
 /// stripe, so update rules may run on several threads at once, for different keys; a large
 /// push or pull is cut into parts that several threads apply or read at once). Ordered
-/// pushes and their clocks, replicated pushes and remote functions hold their table's lock
-/// exclusively: the pushes a clock releases are applied, the reads and checkpoint calls it
-/// releases read or copied, and remote functions run, after the server's lock, in the order
-/// decided. What may
-/// touch several tables (replication and copies between servers, hand-overs, a worker
-/// leaving every table, a new plan) holds the lock over all tables exclusively, and the
-/// server's. No push decided after a checkpoint call is in its copy. Replies are compressed
-/// and sent after the locks are released, and checkpoint shards are written by the
-/// `checkpoint_writer` on its own thread. Lock order: the lock over all tables (which a
-/// request to one table holds shared), then a table's lock, then the server's lock, then a
-/// table's rows, then one stripe; the writer's locks are taken alone.
+/// pushes and their clocks, replicated pushes, replica updates and remote functions hold
+/// their table's lock exclusively: replicated pushes and replica updates are applied, the
+/// pushes a clock releases applied, the reads and checkpoint calls it releases read or
+/// copied, and remote functions run, after the server's lock, in the order decided. What
+/// may touch several tables (copies between servers, hand-overs, a worker leaving every
+/// table, a new plan) holds the lock over all tables exclusively, and the server's. No push decided
+/// after a checkpoint call is in its copy. Replies are compressed and sent after the locks are
+/// released, and checkpoint shards are written by the `checkpoint_writer` on its own thread. Lock
+/// order: the lock over all tables (which a request to one table holds shared), then a table's
+/// lock, then the server's lock, then a table's rows, then one stripe; the writer's locks are taken
+/// alone.
 class server_node {
 public:
     explicit server_node(any_transport transport, server_options opts = {});

@@ -195,8 +195,9 @@ struct server_node::state {
     void handle(const connection_ptr& c, wire::message&& m);
 
     /// Whether request `h` may touch the rows of several tables, or of a table other
-    /// than its own (a server's update, copy or hand-over; a worker leaving every table;
-    /// a kind a server does not take): decided under `locked`.
+    /// than its own (a server's copy or hand-over; a worker leaving every table; a kind a
+    /// server does not take): decided under `locked`. A replica update is not: it holds
+    /// its table's lock alone, as a worker's push that goes down a chain does.
     static bool touches_all(const wire::message_header& h);
 
     /// Whether request `h` may be one that `shares` lets share its table.

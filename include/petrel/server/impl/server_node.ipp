@@ -403,6 +403,10 @@ PETREL_DECL bool server_node::state::handle_alone(const connection_ptr& c, wire:
 PETREL_DECL bool server_node::state::touches_all(const wire::message_header& h) {
     switch (h.kind) {
     case wire::message_kind::push:
+        // A replica update changes its own table's rows; copies and hand-overs may go on
+        // to requests held for any table.
+        return detail::from_server(h) &&
+               detail::push_kind_of(h) != detail::push_kind::replica_update;
     case wire::message_kind::pull:
     case wire::message_kind::call:
         return detail::from_server(h);
