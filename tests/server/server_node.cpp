@@ -1328,6 +1328,57 @@ TEST_CASE("replication: a push that goes down a chain is applied after the serve
     }
 }
 
+TEST_CASE("replication: a replica update is applied with its table's lock alone: another "
+          "table is served meanwhile",
+          "[fault]") {
+    // Server 2 applies table 0 with a rule that stalls; server 1 sums.
+    const stalling_sum rule;
+    auto arrived = rule.at->arrived.get_future();
+    auto stalls = std::make_shared<petrel::table_registry>();
+    stalls->add<std::uint64_t, float>(0, {}, rule);
+    auto sums = std::make_shared<petrel::table_registry>();
+    sums->add<std::uint64_t, float>(0, {}, petrel::sum{});
+    replicated_servers c(1, 1, {sums, stalls});
+    releaser let_go{rule.at->go};
+    auto slow = c.store();
+    auto other = c.store(0, 1);
+    std::vector<std::uint64_t> replicated; // server 1's as the primary, server 2's copies
+    std::vector<std::uint64_t> own;        // server 2's as the primary
+    for (std::uint64_t key = 0; replicated.size() < 100 || own.size() < 100; ++key) {
+        (holders(slow->view()->ring, key, 1)[0] == 1 ? replicated : own).push_back(key);
+    }
+    const xt::xtensor<float, 1> ones = xt::ones<float>({replicated.size()});
+    rule.at->armed = true;
+    auto pushed = slow->push(replicated, ones, asio::use_future);
+    REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+
+    // Server 2 applies the copy, table 0's lock held: its table 1 is served meanwhile.
+    // (Updates that server 1 sends it wait on their link, which it reads in order.)
+    const auto start = std::chrono::steady_clock::now();
+    for (int round = 1; round <= 2; ++round) {
+        const xt::xtensor<float, 1> g = xt::ones<float>({own.size()});
+        auto next = other->push(own, g, asio::use_future);
+        REQUIRE(next.wait_for(10s) == std::future_status::ready);
+        next.get();
+        auto pulled = other->pull(own, asio::use_future);
+        REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+        CHECK(xt::all(xt::equal(pulled.get().values(), static_cast<float>(round))));
+    }
+    // Acknowledged once copied (or once the replica is given up for slow, after 5 s).
+    REQUIRE(std::chrono::steady_clock::now() - start < 4s);
+    CHECK(pushed.wait_for(0s) == std::future_status::timeout);
+
+    let_go();
+    REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
+    pushed.get();
+    const auto primary = c.rows(1);
+    const auto replica = c.rows(2);
+    for (const auto key : replicated) {
+        CHECK(primary.at(key) == 1.0F);
+        CHECK(replica.at(key) == 1.0F);
+    }
+}
+
 TEST_CASE("replication: a table may keep fewer copies than the job", "[fault]") {
     auto tables = std::make_shared<petrel::table_registry>();
     tables->add<std::uint64_t, float>(5, {.replicas = 0});
