@@ -64,7 +64,8 @@ struct server_options {
     std::shared_ptr<checkpoint_writer> checkpoints{};
     /// The threads that may apply or read the parts of one large push or pull at once,
     /// the one serving it included: the threads that run the transport's executor. 0: the
-    /// machine's hardware threads, at most 16.
+    /// threads seen serving requests so far (at most 16), so a server on one thread never
+    /// cuts a request into parts.
     std::size_t split_threads = 0;
 };
 

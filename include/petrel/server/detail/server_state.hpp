@@ -21,6 +21,7 @@
 #include <petrel/server/detail/table_locks.hpp>
 #include <petrel/server/detail/table_set.hpp>
 #include <petrel/server/detail/table_slot.hpp>
+#include <petrel/server/detail/thread_census.hpp>
 #include <petrel/server/detail/update_window.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/detail/request_link.hpp>
@@ -103,7 +104,9 @@ struct server_node::state {
     std::shared_ptr<buffer_pool> pool;
     asio::any_io_executor executor; // for completions that must not run under the lock
     // The other threads that may apply or read parts of one large request (see `run`).
-    std::size_t split_helpers = 0; // `server_options::split_threads` - 1
+    // The threads seen running requests: how many may apply the parts of one large
+    // request unless `server_options::split_threads` says.
+    detail::thread_census<16> threads_seen;
     wire::wire_limits limits;
     logger log;
     // Lock order: `table_locks` (the lock over all tables, then a table's), then `mutex`,
@@ -238,11 +241,16 @@ struct server_node::state {
     /// completes its reply in `out`; false when a push could not be applied (no memory:
     /// nothing applied, the reply says so). A push or pull of at least twice `split_least_bytes` of
     /// values is cut into parts of contiguous keys (`split_request`) that the server's threads
-    /// apply or read at once (`run_parts`: this thread and up to `split_helpers` others).
+    /// apply or read at once (`run_parts`: this thread and up to `split_threads() - 1`
+    /// others).
     bool run(shared_work& w, outbox& out) const noexcept;
     /// Applies or reads `w`, cut into parts when it is large. @throws std::bad_alloc (a
     /// pull; nothing read)
     std::error_code apply_or_read(const shared_work& w) const;
+
+    /// The threads that may apply or read the parts of one large request:
+    /// `server_options::split_threads`, else the threads seen running requests (at most 16).
+    std::size_t split_threads() const noexcept;
 
     /// Decides request `m` under the lock, its table's lock (or every table's) held
     /// exclusively; true when `c` sent what a server does not take.

@@ -14,12 +14,6 @@ PETREL_DECL server_node::server_node(any_transport transport, server_options opt
     state_->executor = transport_.get_executor();
     state_->log = transport_.options().log;
     state_->limits = transport_.options().limits;
-    state_->split_helpers =
-        std::min<std::size_t>(state_->opts.split_threads != 0
-                                  ? state_->opts.split_threads
-                                  : std::max(1U, std::thread::hardware_concurrency()),
-                              16) -
-        1;
     state_->tables =
         detail::table_set(state_->opts.workers, state_->opts.max_tables, state_->opts.tables);
     state_->replication =
@@ -337,6 +331,7 @@ PETREL_DECL std::uint64_t server_node::state::bytes_of(const wire::message& m) {
 }
 
 PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::message&& m) {
+    threads_seen.note();
     outbox out;
     bool refused = false;
     if (touches_all(m.header)) {
@@ -560,7 +555,7 @@ PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work&
     const auto& h = w.request.header;
     const std::size_t parts =
         detail::part_count(h.key_count, std::size_t{h.width} * wire::size_of(h.value_type),
-                           split_helpers + 1, split_least_bytes);
+                           split_threads(), split_least_bytes);
     if (parts <= 1) {
         if (!w.target) {
             return w.table->apply_shared(w.request);
@@ -571,13 +566,18 @@ PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work&
     const auto split = detail::split_request(w.request, parts);
     const detail::part_runner run_on_threads = [this](std::size_t n,
                                                       const std::function<void(std::size_t)>& f) {
-        detail::run_parts(executor, n, split_helpers, f);
+        detail::run_parts(executor, n, split_threads() - 1, f);
     };
     if (!w.target) {
         return w.table->apply_split(split, run_on_threads);
     }
     w.table->read_split(split, w.target, run_on_threads);
     return {};
+}
+
+PETREL_DECL std::size_t server_node::state::split_threads() const noexcept {
+    return std::clamp<std::size_t>(
+        opts.split_threads != 0 ? opts.split_threads : threads_seen.count(), 1, 16);
 }
 
 PETREL_DECL bool server_node::state::decide(const connection_ptr& c, wire::message&& m,
