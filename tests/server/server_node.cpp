@@ -1100,6 +1100,23 @@ std::vector<std::uint32_t> holders(const petrel::ring& r, std::uint64_t key, std
 
 namespace {
 
+/// A worker's stores (worker 0) on tables 0 and 1 of the server at `address`.
+template <class Consistency>
+struct two_tables {
+    using store = petrel::kv_store<std::uint64_t, float, Consistency>;
+    std::unique_ptr<store> first;
+    std::unique_ptr<store> second;
+
+    two_tables(io_threads& io, const std::string& address) {
+        petrel::kv_store_options<std::uint64_t> o;
+        o.servers = {address};
+        o.request_timeout = 10s;
+        first = std::make_unique<store>(petrel::tcp_transport(io.executor()), o);
+        o.table_id = 1;
+        second = std::make_unique<store>(petrel::tcp_transport(io.executor()), o);
+    }
+};
+
 /// Sums; once armed, its first update waits until the test lets it go on.
 struct stalling_sum {
     std::shared_ptr<stall_point> at = std::make_shared<stall_point>();
@@ -1124,14 +1141,9 @@ TEST_CASE("server_node: a clock's pushes to one sequential table are applied aft
     io_threads io{2};
     petrel::server_node s(petrel::tcp_transport(io.executor()), {.tables = tables});
     releaser let_go{rule.at->go};
-    petrel::kv_store_options<std::uint64_t> o;
-    o.servers = {s.listen("127.0.0.1:0")};
-    o.request_timeout = 10s;
-    petrel::kv_store<std::uint64_t, float, petrel::sequential> slow(
-        petrel::tcp_transport(io.executor()), o);
-    o.table_id = 1;
-    petrel::kv_store<std::uint64_t, float, petrel::sequential> other(
-        petrel::tcp_transport(io.executor()), o);
+    two_tables<petrel::sequential> stores(io, s.listen("127.0.0.1:0"));
+    auto& slow = *stores.first;
+    auto& other = *stores.second;
 
     std::vector<std::uint64_t> keys(1000);
     std::iota(keys.begin(), keys.end(), std::uint64_t{0});
@@ -1180,14 +1192,9 @@ TEST_CASE("server_node: a remote function runs after the server's lock: another 
     io_threads io{2};
     petrel::server_node s(petrel::tcp_transport(io.executor()), {.functions = functions});
     releaser let_go{point->go};
-    petrel::kv_store_options<std::uint64_t> o;
-    o.servers = {s.listen("127.0.0.1:0")};
-    o.request_timeout = 10s;
-    petrel::kv_store<std::uint64_t, float, petrel::eventual> called(
-        petrel::tcp_transport(io.executor()), o);
-    o.table_id = 1;
-    petrel::kv_store<std::uint64_t, float, petrel::eventual> other(
-        petrel::tcp_transport(io.executor()), o);
+    two_tables<petrel::eventual> stores(io, s.listen("127.0.0.1:0"));
+    auto& called = *stores.first;
+    auto& other = *stores.second;
     std::vector<std::uint64_t> keys(1000);
     std::iota(keys.begin(), keys.end(), std::uint64_t{0});
     const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
@@ -1278,105 +1285,118 @@ TEST_CASE("replication: a push is acknowledged once its replicas hold it", "[fau
     CHECK(c.logs.all().find("did not apply") == std::string::npos);
 }
 
+namespace {
+
+/// Two servers, each key on both: server `stalls` applies table 0 with a rule that stalls
+/// once armed, the other sums; table 1 sums on both.
+struct stalled_pair {
+    using store = std::unique_ptr<petrel::kv_store<std::uint64_t, float, petrel::eventual>>;
+    stalling_sum rule;
+    std::future<void> arrived = rule.at->arrived.get_future();
+    replicated_servers c;
+    releaser let_go{rule.at->go}; // declared after the servers: goes before them
+    store slow = c.store();
+    store other = c.store(0, 1);
+
+    explicit stalled_pair(std::uint32_t stalls) : c(1, 1, registries(stalls, rule)) {}
+
+    static std::vector<std::shared_ptr<const petrel::table_registry>>
+    registries(std::uint32_t stalls, const stalling_sum& rule) {
+        auto slow = std::make_shared<petrel::table_registry>();
+        slow->add<std::uint64_t, float>(0, {}, rule);
+        auto sums = std::make_shared<petrel::table_registry>();
+        sums->add<std::uint64_t, float>(0, {}, petrel::sum{});
+        if (stalls == 1) {
+            return {slow, sums};
+        }
+        return {sums, slow};
+    }
+
+    /// `n` keys of which server `primary` is the primary.
+    [[nodiscard]] std::vector<std::uint64_t> keys_of(std::uint32_t primary, std::size_t n) const {
+        std::vector<std::uint64_t> keys;
+        for (std::uint64_t key = 0; keys.size() < n; ++key) {
+            if (holders(slow->view()->ring, key, 1)[0] == primary) {
+                keys.push_back(key);
+            }
+        }
+        return keys;
+    }
+
+    /// Arms the rule and pushes ones to `keys` of table 0, until the rule stalls.
+    std::future<void> push_until_stalled(const std::vector<std::uint64_t>& keys) {
+        rule.at->armed = true;
+        auto pushed = slow->push(keys, xt::xtensor<float, 1>(xt::ones<float>({keys.size()})),
+                                 asio::use_future);
+        REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+        return pushed;
+    }
+
+    /// Pushes ones to `keys` of table 1 twice, pulling them back after each.
+    void serve_other_table(const std::vector<std::uint64_t>& keys) {
+        const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
+        for (int round = 1; round <= 2; ++round) {
+            auto next = other->push(keys, ones, asio::use_future);
+            REQUIRE(next.wait_for(10s) == std::future_status::ready);
+            next.get();
+            auto pulled = other->pull(keys, asio::use_future);
+            REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+            CHECK(xt::all(xt::equal(pulled.get().values(), static_cast<float>(round))));
+        }
+    }
+
+    /// Both servers hold 1 for each of `keys` in table 0.
+    void check_both_hold_one(const std::vector<std::uint64_t>& keys) const {
+        const auto primary = c.rows(1);
+        const auto replica = c.rows(2);
+        for (const auto key : keys) {
+            CHECK(primary.at(key) == 1.0F);
+            CHECK(replica.at(key) == 1.0F);
+        }
+    }
+};
+
+} // namespace
+
 TEST_CASE("replication: a push that goes down a chain is applied after the server's lock: "
           "another table is served meanwhile",
           "[fault]") {
-    // Server 1 applies table 0 with a rule that stalls; server 2 sums.
-    const stalling_sum rule;
-    auto arrived = rule.at->arrived.get_future();
-    auto stalls = std::make_shared<petrel::table_registry>();
-    stalls->add<std::uint64_t, float>(0, {}, rule);
-    auto sums = std::make_shared<petrel::table_registry>();
-    sums->add<std::uint64_t, float>(0, {}, petrel::sum{});
-    replicated_servers c(1, 1, {stalls, sums});
-    releaser let_go{rule.at->go};
-    auto slow = c.store();
-    auto other = c.store(0, 1);
-    std::vector<std::uint64_t> keys; // server 1's as the primary
-    for (std::uint64_t key = 0; keys.size() < 100; ++key) {
-        if (holders(slow->view()->ring, key, 1)[0] == 1) {
-            keys.push_back(key);
-        }
-    }
-    const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
-    rule.at->armed = true;
-    auto pushed = slow->push(keys, ones, asio::use_future);
-    REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+    stalled_pair p(1); // the primary stalls
+    const auto keys = p.keys_of(1, 100);
+    auto pushed = p.push_until_stalled(keys);
 
     // Server 1 applies the push, table 0's lock held: table 1 is served meanwhile.
-    for (int round = 1; round <= 2; ++round) {
-        auto next = other->push(keys, ones, asio::use_future);
-        REQUIRE(next.wait_for(10s) == std::future_status::ready);
-        next.get();
-        auto pulled = other->pull(keys, asio::use_future);
-        REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
-        CHECK(xt::all(xt::equal(pulled.get().values(), static_cast<float>(round))));
-    }
-    auto read = slow->pull(keys, asio::use_future); // waits for table 0's lock
+    p.serve_other_table(keys);
+    auto read = p.slow->pull(keys, asio::use_future); // waits for table 0's lock
     CHECK(read.wait_for(50ms) == std::future_status::timeout);
 
-    let_go();
+    p.let_go();
     REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
     pushed.get();
     REQUIRE(read.wait_for(10s) == std::future_status::ready);
     CHECK(xt::all(xt::equal(read.get().values(), 1.0F)));
-    const auto primary = c.rows(1);
-    const auto replica = c.rows(2);
-    for (const auto key : keys) {
-        CHECK(primary.at(key) == 1.0F);
-        CHECK(replica.at(key) == 1.0F);
-    }
+    p.check_both_hold_one(keys);
 }
 
 TEST_CASE("replication: a replica update is applied with its table's lock alone: another "
           "table is served meanwhile",
           "[fault]") {
-    // Server 2 applies table 0 with a rule that stalls; server 1 sums.
-    const stalling_sum rule;
-    auto arrived = rule.at->arrived.get_future();
-    auto stalls = std::make_shared<petrel::table_registry>();
-    stalls->add<std::uint64_t, float>(0, {}, rule);
-    auto sums = std::make_shared<petrel::table_registry>();
-    sums->add<std::uint64_t, float>(0, {}, petrel::sum{});
-    replicated_servers c(1, 1, {sums, stalls});
-    releaser let_go{rule.at->go};
-    auto slow = c.store();
-    auto other = c.store(0, 1);
-    std::vector<std::uint64_t> replicated; // server 1's as the primary, server 2's copies
-    std::vector<std::uint64_t> own;        // server 2's as the primary
-    for (std::uint64_t key = 0; replicated.size() < 100 || own.size() < 100; ++key) {
-        (holders(slow->view()->ring, key, 1)[0] == 1 ? replicated : own).push_back(key);
-    }
-    const xt::xtensor<float, 1> ones = xt::ones<float>({replicated.size()});
-    rule.at->armed = true;
-    auto pushed = slow->push(replicated, ones, asio::use_future);
-    REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+    stalled_pair p(2); // the replica stalls
+    const auto replicated = p.keys_of(1, 100);
+    auto pushed = p.push_until_stalled(replicated);
 
     // Server 2 applies the copy, table 0's lock held: its table 1 is served meanwhile.
     // (Updates that server 1 sends it wait on their link, which it reads in order.)
     const auto start = std::chrono::steady_clock::now();
-    for (int round = 1; round <= 2; ++round) {
-        const xt::xtensor<float, 1> g = xt::ones<float>({own.size()});
-        auto next = other->push(own, g, asio::use_future);
-        REQUIRE(next.wait_for(10s) == std::future_status::ready);
-        next.get();
-        auto pulled = other->pull(own, asio::use_future);
-        REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
-        CHECK(xt::all(xt::equal(pulled.get().values(), static_cast<float>(round))));
-    }
+    p.serve_other_table(p.keys_of(2, 100));
     // Acknowledged once copied (or once the replica is given up for slow, after 5 s).
     REQUIRE(std::chrono::steady_clock::now() - start < 4s);
     CHECK(pushed.wait_for(0s) == std::future_status::timeout);
 
-    let_go();
+    p.let_go();
     REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
     pushed.get();
-    const auto primary = c.rows(1);
-    const auto replica = c.rows(2);
-    for (const auto key : replicated) {
-        CHECK(primary.at(key) == 1.0F);
-        CHECK(replica.at(key) == 1.0F);
-    }
+    p.check_both_hold_one(replicated);
 }
 
 TEST_CASE("replication: a table may keep fewer copies than the job", "[fault]") {
