@@ -511,9 +511,8 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noex
             const auto ec = invoke(w.table, w.request, w.keep, result, message);
             call_result(reply, ec, result, message);
         } catch (const std::bad_alloc&) {
-            reply.header.status = status_of(errc::out_of_memory);
-            reply.header.clocks.clear();
-            reply.set_segment(wire::values_segment, {});
+            message.clear();
+            call_result(reply, errc::out_of_memory, {}, message); // allocates nothing
         }
         return true;
     }
@@ -553,9 +552,10 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noex
 
 PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work& w) const {
     const auto& h = w.request.header;
+    const std::size_t threads = split_threads();
     const std::size_t parts =
-        detail::part_count(h.key_count, std::size_t{h.width} * wire::size_of(h.value_type),
-                           split_threads(), split_least_bytes);
+        detail::part_count(h.key_count, std::size_t{h.width} * wire::size_of(h.value_type), threads,
+                           split_least_bytes);
     if (parts <= 1) {
         if (!w.target) {
             return w.table->apply_shared(w.request);
@@ -564,10 +564,10 @@ PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work&
         return {};
     }
     const auto split = detail::split_request(w.request, parts);
-    const detail::part_runner run_on_threads = [this](std::size_t n,
-                                                      const std::function<void(std::size_t)>& f) {
-        detail::run_parts(executor, n, split_threads() - 1, f);
-    };
+    const detail::part_runner run_on_threads =
+        [this, threads](std::size_t n, const std::function<void(std::size_t)>& f) {
+            detail::run_parts(executor, n, threads - 1, f);
+        };
     if (!w.target) {
         return w.table->apply_split(split, run_on_threads);
     }
