@@ -1219,6 +1219,66 @@ TEST_CASE("server_node: a remote function runs after the server's lock: another 
     CHECK(std::accumulate(parts.begin(), parts.end(), std::uint64_t{0}) == keys.size());
 }
 
+TEST_CASE("server_node: a large push applied while another request is being applied is cut "
+          "for the threads left: with two threads, it is applied whole on its own",
+          "[server]") {
+    constexpr std::size_t keys = 40000; // 2.5 MiB of values: cut when threads are free
+    constexpr std::size_t width = 16;
+    const stalling_sum slow_rule;
+    const thread_noting_sum noting;
+    auto arrived = slow_rule.at->arrived.get_future();
+    auto tables = std::make_shared<petrel::table_registry>();
+    tables->add<std::uint64_t, float>(0, {}, slow_rule);
+    tables->add<std::uint64_t, float>(1, {.width = width}, noting);
+    io_threads io{4};
+    petrel::server_node s(petrel::tcp_transport(io.executor()),
+                          {.tables = tables, .split_threads = 2});
+    releaser let_go{slow_rule.at->go};
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {s.listen("127.0.0.1:0")};
+    o.request_timeout = 10s;
+    using store = petrel::kv_store<std::uint64_t, float, petrel::eventual>;
+    store slow(petrel::tcp_transport(io.executor()), o);
+    o.table_id = 1;
+    o.width = width;
+    store large(petrel::tcp_transport(io.executor()), o);
+
+    std::vector<std::uint64_t> few(10);
+    std::iota(few.begin(), few.end(), std::uint64_t{0});
+    const xt::xtensor<float, 1> few_ones = xt::ones<float>({few.size()});
+    slow.push(few, few_ones, asio::use_future).get(); // creates table 0 and its rows
+    slow_rule.at->armed = true;
+    auto stalled = slow.push(few, few_ones, asio::use_future); // its first row stalls
+    REQUIRE(arrived.wait_for(10s) == std::future_status::ready);
+
+    // One of the two threads a large request may use is applying the stalled push.
+    std::vector<std::uint64_t> k(keys);
+    std::iota(k.begin(), k.end(), std::uint64_t{0});
+    const xt::xtensor<float, 2> ones = xt::ones<float>({keys, width});
+    for (int round = 1; round <= 3; ++round) {
+        {
+            const std::lock_guard lock(noting.notes->mutex);
+            noting.notes->threads.clear();
+        }
+        auto pushed = large.push(k, ones, asio::use_future);
+        REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
+        pushed.get();
+        {
+            const std::lock_guard lock(noting.notes->mutex);
+            CHECK(noting.notes->threads.size() == 1);
+        }
+        auto pulled = large.pull(k, asio::use_future);
+        REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+        CHECK(xt::all(xt::equal(pulled.get().values(), static_cast<float>(round))));
+    }
+    CHECK(stalled.wait_for(0s) == std::future_status::timeout);
+
+    let_go();
+    REQUIRE(stalled.wait_for(10s) == std::future_status::ready);
+    stalled.get();
+    CHECK(xt::all(xt::equal(slow.pull(few, asio::use_future).get().values(), 2.0F)));
+}
+
 TEST_CASE("server_node: watchers are told of a new plan on the executor, once per change",
           "[server]") {
     io_threads io;

@@ -22,6 +22,7 @@
 #include <petrel/server/detail/table_set.hpp>
 #include <petrel/server/detail/table_slot.hpp>
 #include <petrel/server/detail/thread_census.hpp>
+#include <petrel/server/detail/thread_share.hpp>
 #include <petrel/server/detail/update_window.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/detail/request_link.hpp>
@@ -103,10 +104,12 @@ struct server_node::state {
     detail::replicator replication; // the links to the plan's other servers
     std::shared_ptr<buffer_pool> pool;
     asio::any_io_executor executor; // for completions that must not run under the lock
-    // The other threads that may apply or read parts of one large request (see `run`).
     // The threads seen running requests: how many may apply the parts of one large
     // request unless `server_options::split_threads` says.
     detail::thread_census<16> threads_seen;
+    // The row work being done now (`run`), which shares those threads: a large request is
+    // cut for the threads the rest leaves.
+    mutable detail::thread_share applying;
     wire::wire_limits limits;
     logger log;
     // Lock order: `table_locks` (the lock over all tables, then a table's), then `mutex`,
@@ -242,11 +245,11 @@ struct server_node::state {
     /// nothing applied, the reply says so). A push or pull of at least twice `split_least_bytes` of
     /// values is cut into parts of contiguous keys (`split_request`) that the server's threads
     /// apply or read at once (`run_parts`: this thread and up to `split_threads() - 1`
-    /// others).
+    /// others, fewer while other threads are doing row work: `applying`).
     bool run(shared_work& w, outbox& out) const noexcept;
-    /// Applies or reads `w`, cut into parts when it is large. @throws std::bad_alloc (a
-    /// pull; nothing read)
-    std::error_code apply_or_read(const shared_work& w) const;
+    /// Applies or reads `w`, cut into parts for up to `threads` threads when it is large.
+    /// @throws std::bad_alloc (a pull; nothing read)
+    std::error_code apply_or_read(const shared_work& w, std::size_t threads) const;
 
     /// The threads that may apply or read the parts of one large request:
     /// `server_options::split_threads`, else the threads seen running requests (at most 16).

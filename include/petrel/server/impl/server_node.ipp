@@ -480,6 +480,9 @@ PETREL_DECL void server_node::state::catch_up(outbox& out) {
 }
 
 PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noexcept {
+    // Held while this thread does the row work, whatever its kind: a large request applied
+    // meanwhile is cut for the threads left.
+    const auto share = applying.take(split_threads());
     std::error_code ec;
     if (w.reserved) {
         w.table->apply(w.request);
@@ -535,7 +538,7 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noex
         return true; // nothing remembered
     }
     try {
-        ec = apply_or_read(w);
+        ec = apply_or_read(w, share.threads());
     } catch (const std::bad_alloc&) {
         ec = errc::out_of_memory;
     }
@@ -550,9 +553,9 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noex
     return w.target != nullptr; // a pull remembered nothing
 }
 
-PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work& w) const {
+PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work& w,
+                                                              std::size_t threads) const {
     const auto& h = w.request.header;
-    const std::size_t threads = split_threads();
     const std::size_t parts =
         detail::part_count(h.key_count, std::size_t{h.width} * wire::size_of(h.value_type), threads,
                            split_least_bytes);
