@@ -206,6 +206,18 @@ TEST_CASE("run: --help prints the options, a bad option is refused", "[cluster][
     CHECK(petrel::run({}, 3, bad, [](petrel::worker_node&) {}) == petrel::run_config_error);
 }
 
+TEST_CASE("run: the servers of a process share its threads when they cut large requests",
+          "[cluster][launch]") {
+    using petrel::detail::server_split_threads;
+    CHECK(server_split_threads(16, 1) == 16);
+    CHECK(server_split_threads(16, 2) == 8);
+    CHECK(server_split_threads(16, 3) == 5);
+    CHECK(server_split_threads(2, 2) == 1); // two servers on two threads: none cuts
+    CHECK(server_split_threads(2, 4) == 1); // its own thread, at least
+    CHECK(server_split_threads(4, 0) == 4); // a process with no server
+    CHECK(server_split_threads(1, 1) == 1);
+}
+
 TEST_CASE("run: a kv_store in a job fails at once on a server the manager declared failed",
           "[cluster][launch]") {
     // A manager, one real server, one server that accepts requests but never answers (a

@@ -18,8 +18,10 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_future.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstddef>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -83,6 +85,14 @@ checkpoint_clocks(const std::filesystem::path& dir) {
 [[nodiscard]] inline std::uint16_t port_of(const std::string& address) {
     const auto colon = address.rfind(':');
     return static_cast<std::uint16_t>(std::stoul(address.substr(colon + 1)));
+}
+
+/// The threads each of the `servers` servers of a process may cut one large request for
+/// (`server_options::split_threads`): they share the process's `threads` I/O threads, so
+/// their parts do not take turns at the same threads. At least 1.
+[[nodiscard]] inline std::size_t server_split_threads(std::uint32_t threads,
+                                                      std::uint32_t servers) noexcept {
+    return std::max<std::size_t>(1, threads / std::max<std::uint32_t>(1, servers));
 }
 
 /// The outcome of a future, as an error code.
@@ -398,7 +408,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 so.functions = s.functions;
                 so.tables = s.tables;
                 so.replication_timeout = std::min(s.request_timeout / 2, 2 * s.heartbeat_timeout);
-                so.split_threads = s.threads;
+                so.split_threads = detail::server_split_threads(s.threads, s.servers_here);
                 auto server =
                     std::make_shared<server_node>(tcp_transport(io.get_executor(), topts), so);
                 const auto bound = server->listen(detail::host_port(s.bind, 0));
