@@ -9,6 +9,8 @@
 #include <petrel/launch/run.hpp>
 #include <petrel/launch/server_agent.hpp>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
@@ -34,6 +36,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -1662,4 +1665,116 @@ TEST_CASE("kv_store: in a job, a server whose address refuses connections is rep
         const auto pulled = kv.pull(keys, asio::use_future).get();
         CHECK(xt::all(xt::equal(pulled.values(), 2.0F)));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// What a request keeps when it is sent again, when its handler runs, and cancellation.
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+/// What a server saw of the pushes sent to it.
+struct seen_pushes {
+    std::mutex mutex;
+    std::vector<petrel::wire::message_header> headers;
+};
+
+} // namespace
+
+TEST_CASE("kv_store: a push sent again after its connection dropped keeps its update id",
+          "[kv_store][fault]") {
+    auto seen = std::make_shared<seen_pushes>();
+    io_threads io{2};
+    // A server that drops the connection of the first push and answers the next one.
+    auto server = petrel::tcp_transport(io.executor());
+    petrel::connection_handlers h;
+    h.on_message = [seen](const petrel::connection_ptr& c, petrel::wire::message&& m) {
+        std::size_t n = 0;
+        {
+            const std::lock_guard lock(seen->mutex);
+            seen->headers.push_back(m.header);
+            n = seen->headers.size();
+        }
+        if (n == 1) {
+            c->close();
+            return;
+        }
+        c->send(petrel::wire::make_reply(m.header, petrel::wire::message_kind::push_reply));
+    };
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {server.listen("127.0.0.1:0", h)};
+    o.request_timeout = 10s;
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()), o);
+    const xt::xtensor<float, 1> ones = xt::ones<float>({std::size_t{3}});
+    auto push = kv.push(std::vector<key_t64>{1, 2, 3}, ones, asio::use_future);
+    const auto ended = ended_within(push, 10s);
+    REQUIRE(ended);
+    CHECK(*ended == std::error_code{});
+    {
+        const std::lock_guard lock(seen->mutex);
+        REQUIRE(seen->headers.size() == 2);
+        const auto& first = seen->headers[0];
+        const auto& again = seen->headers[1];
+        CHECK(first.kind == petrel::wire::message_kind::push);
+        CHECK(again.kind == petrel::wire::message_kind::push);
+        CHECK(first.update_id != 0);
+        CHECK(again.update_id == first.update_id); // the server applies it once
+        CHECK(again.key_count == 3);
+    }
+    server.close();
+}
+
+TEMPLATE_TEST_CASE("kv_store: a call refused before it is sent completes on the executor, "
+                   "never inside the call",
+                   "[kv_store]", over_tcp, over_inproc) {
+    // This thread runs no executor: a handler that runs on it ran inside the call.
+    one_server<TestType> c;
+    auto kv = c.worker();
+    const std::vector<key_t64> unsorted{5, 1};
+    const xt::xtensor<float, 1> two = {1.0F, 2.0F};
+    const auto caller = std::this_thread::get_id();
+    std::promise<std::pair<std::thread::id, std::error_code>> pushed;
+    kv.push(unsorted, two, [&](std::error_code ec) {
+        pushed.set_value({std::this_thread::get_id(), ec});
+    });
+    auto push = pushed.get_future();
+    REQUIRE(push.wait_for(10s) == std::future_status::ready);
+    const auto [push_thread, push_error] = push.get();
+    CHECK(push_thread != caller);
+    CHECK(push_error == petrel::errc::keys_not_sorted);
+
+    std::promise<std::pair<std::thread::id, std::error_code>> pulled;
+    kv.pull(unsorted, [&](std::error_code ec, petrel::kv_pairs<key_t64, float>) {
+        pulled.set_value({std::this_thread::get_id(), ec});
+    });
+    auto pull = pulled.get_future();
+    REQUIRE(pull.wait_for(10s) == std::future_status::ready);
+    const auto [pull_thread, pull_error] = pull.get();
+    CHECK(pull_thread != caller);
+    CHECK(pull_error == petrel::errc::keys_not_sorted);
+}
+
+TEST_CASE("kv_store: a push to a server that does not answer is cancelled through its "
+          "cancellation slot",
+          "[kv_store]") {
+    io_threads io{2};
+    auto server = petrel::tcp_transport(io.executor());
+    petrel::connection_handlers h;
+    h.on_message = [](const petrel::connection_ptr&, petrel::wire::message&&) {}; // silent
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {server.listen("127.0.0.1:0", h)};
+    o.request_timeout = 20s;
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()), o);
+    const xt::xtensor<float, 1> ones = xt::ones<float>({std::size_t{3}});
+    asio::cancellation_signal cancel;
+    std::promise<std::error_code> done;
+    kv.push(std::vector<key_t64>{1, 2, 3}, ones,
+            asio::bind_cancellation_slot(cancel.slot(),
+                                         [&](std::error_code ec) { done.set_value(ec); }));
+    auto result = done.get_future();
+    CHECK(result.wait_for(200ms) == std::future_status::timeout);
+    cancel.emit(asio::cancellation_type::terminal);
+    REQUIRE(result.wait_for(10s) == std::future_status::ready);
+    CHECK(result.get() == asio::error::operation_aborted);
+    server.close();
 }
