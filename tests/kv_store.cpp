@@ -30,6 +30,7 @@
 #include <functional>
 #include <future>
 #include <latch>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -1762,25 +1763,22 @@ TEMPLATE_TEST_CASE("kv_store: a call refused before it is sent completes on the 
     const std::vector<key_t64> unsorted{5, 1};
     const xt::xtensor<float, 1> two = {1.0F, 2.0F};
     const auto caller = std::this_thread::get_id();
-    std::promise<std::pair<std::thread::id, std::error_code>> pushed;
-    kv.push(unsorted, two, [&](std::error_code ec) {
-        pushed.set_value({std::this_thread::get_id(), ec});
+    // Starts a call with `start(done)`, where `done(ec)` ends it; checks where it ended.
+    auto ends_elsewhere = [&](auto start) {
+        // Shared with the handler, which may outlive a failed wait.
+        auto ended = std::make_shared<std::promise<std::pair<std::thread::id, std::error_code>>>();
+        start([ended](std::error_code ec) { ended->set_value({std::this_thread::get_id(), ec}); });
+        auto f = ended->get_future();
+        REQUIRE(f.wait_for(10s) == std::future_status::ready);
+        const auto [thread, error] = f.get();
+        CHECK(thread != caller);
+        CHECK(error == petrel::errc::keys_not_sorted);
+    };
+    ends_elsewhere([&](auto done) { kv.push(unsorted, two, done); });
+    ends_elsewhere([&](auto done) {
+        kv.pull(unsorted,
+                [done](std::error_code ec, petrel::kv_pairs<key_t64, float>) { done(ec); });
     });
-    auto push = pushed.get_future();
-    REQUIRE(push.wait_for(10s) == std::future_status::ready);
-    const auto [push_thread, push_error] = push.get();
-    CHECK(push_thread != caller);
-    CHECK(push_error == petrel::errc::keys_not_sorted);
-
-    std::promise<std::pair<std::thread::id, std::error_code>> pulled;
-    kv.pull(unsorted, [&](std::error_code ec, petrel::kv_pairs<key_t64, float>) {
-        pulled.set_value({std::this_thread::get_id(), ec});
-    });
-    auto pull = pulled.get_future();
-    REQUIRE(pull.wait_for(10s) == std::future_status::ready);
-    const auto [pull_thread, pull_error] = pull.get();
-    CHECK(pull_thread != caller);
-    CHECK(pull_error == petrel::errc::keys_not_sorted);
 }
 
 TEST_CASE("kv_store: a push to a server that does not answer is cancelled through its "
@@ -1796,11 +1794,11 @@ TEST_CASE("kv_store: a push to a server that does not answer is cancelled throug
     petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()), o);
     const xt::xtensor<float, 1> ones = xt::ones<float>({std::size_t{3}});
     asio::cancellation_signal cancel;
-    std::promise<std::error_code> done;
+    auto done = std::make_shared<std::promise<std::error_code>>(); // the handler may outlive it
     kv.push(std::vector<key_t64>{1, 2, 3}, ones,
             asio::bind_cancellation_slot(cancel.slot(),
-                                         [&](std::error_code ec) { done.set_value(ec); }));
-    auto result = done.get_future();
+                                         [done](std::error_code ec) { done->set_value(ec); }));
+    auto result = done->get_future();
     CHECK(result.wait_for(200ms) == std::future_status::timeout);
     cancel.emit(asio::cancellation_type::terminal);
     REQUIRE(result.wait_for(10s) == std::future_status::ready);
