@@ -1,6 +1,7 @@
 // Petrel: the worker-side handle to a table of parameters.
 #pragma once
 
+#include <petrel/client/detail/router.hpp>
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/ring.hpp>
 #include <petrel/cluster/view.hpp>
@@ -694,10 +695,7 @@ private:
     };
 
     /// Consecutive keys [first, first + count) of a request.
-    struct run {
-        std::size_t first = 0;
-        std::size_t count = 0;
-    };
+    using run = detail::key_run;
 
     /// The piece of a request for one server: its runs of keys, and the keys (and for a
     /// push the values) gathered in that order.
@@ -714,13 +712,7 @@ private:
     };
 
     /// Where keys go under one view: a link per server and each partition's server.
-    struct placement {
-        std::shared_ptr<const membership_view> view;
-        std::vector<std::shared_ptr<detail::request_link>> links;    // by slot
-        std::vector<std::shared_ptr<wire::key_cache_sender>> caches; // by slot (null: none)
-        std::vector<node_id> servers;                                // by slot
-        std::vector<std::uint32_t> partition_slot;                   // partition → slot
-    };
+    using placement = detail::route_table;
 
     struct shared;
 
@@ -1057,44 +1049,45 @@ private:
 
     division divide_keys(const placement& where, const wire::message& m) const {
         division out;
-        const auto& r = where.view->ring;
         const auto& h = m.header;
         const bool push = h.kind == wire::message_kind::push;
         const std::size_t row = push ? std::size_t{h.width} * wire::size_of(h.value_type) : 0;
-        const auto keys = m.keys().template as<Key>();
         const auto values = m.values().span();
-        std::map<std::size_t, std::pair<std::vector<Key>, std::vector<std::byte>>> parts;
-        std::vector<std::size_t> slot_of_key;
-        std::size_t index = 0;
-        auto visit = [&](Key k) {
-            const std::size_t slot = where.partition_slot[r.partition_of(k)];
-            auto& [ks, vs] = parts[slot];
-            ks.push_back(k);
-            if (push && (index + 1) * row <= values.size()) {
-                vs.insert(vs.end(), values.begin() + static_cast<std::ptrdiff_t>(index * row),
-                          values.begin() + static_cast<std::ptrdiff_t>((index + 1) * row));
-            }
-            slot_of_key.push_back(slot);
-            ++index;
-        };
+        // Key runs become a key list: each piece lists its keys.
+        std::vector<Key> expanded;
+        auto keys = m.keys().template as<Key>();
         if ((h.flags & wire::flag_key_runs) != 0) {
             for (std::size_t i = 0; i + 1 < keys.size(); i += 2) {
                 for (std::uint64_t k = keys[i]; k < keys[i + 1]; ++k) {
-                    visit(static_cast<Key>(k));
+                    expanded.push_back(static_cast<Key>(k));
                 }
             }
-        } else {
-            for (const auto k : keys) {
-                visit(k);
-            }
+            keys = expanded;
         }
-        std::map<std::size_t, std::uint32_t> piece;
-        for (auto& [slot, kv] : parts) {
-            const auto* n = where.view->find(where.servers[slot]);
-            if (!n || n->state != node_state::alive) {
+        const auto routed = detail::route(
+            where, detail::key_source::list(std::as_bytes(keys), wire::scalar_type_of<Key>));
+        const auto slots = routed.used();
+        for (const auto slot : slots) {
+            if (!where.alive(slot)) {
                 return {};
             }
-            auto& [ks, vs] = kv;
+        }
+        out.piece_of_key.resize(keys.size());
+        for (const auto slot : slots) {
+            std::vector<Key> ks;
+            std::vector<std::byte> vs;
+            ks.reserve(routed.counts[slot]);
+            const auto piece = static_cast<std::uint32_t>(out.pieces.size());
+            for (const auto& ru : routed.runs[slot]) {
+                for (std::size_t i = ru.first; i < ru.first + ru.count; ++i) {
+                    ks.push_back(keys[i]);
+                    if (push && (i + 1) * row <= values.size()) {
+                        vs.insert(vs.end(), values.begin() + static_cast<std::ptrdiff_t>(i * row),
+                                  values.begin() + static_cast<std::ptrdiff_t>((i + 1) * row));
+                    }
+                    out.piece_of_key[i] = piece;
+                }
+            }
             wire::message p;
             p.header = h;
             p.header.flags &= static_cast<std::uint8_t>(~wire::flag_key_runs);
@@ -1107,12 +1100,7 @@ private:
             if (push) {
                 p.set_segment(wire::values_segment, shared_bytes::copy_of(vs));
             }
-            piece[slot] = static_cast<std::uint32_t>(out.pieces.size());
             out.pieces.emplace_back(slot, std::move(p));
-        }
-        out.piece_of_key.reserve(slot_of_key.size());
-        for (const auto slot : slot_of_key) {
-            out.piece_of_key.push_back(piece[slot]);
         }
         return out;
     }
@@ -1284,37 +1272,8 @@ private:
 
     /// The slot of the live server that now holds every key of `m`; none when its keys
     /// lie on several servers or their server is not alive.
-    std::optional<std::size_t> target_of(const placement& where, const wire::message& m) const {
-        const auto& r = where.view->ring;
-        std::optional<std::uint32_t> slot;
-        bool one = true;
-        auto visit = [&](std::uint64_t first_stripe, std::uint64_t last_stripe) {
-            for (std::uint64_t st = first_stripe; one && st <= last_stripe; ++st) {
-                const auto sl = where.partition_slot[r.partition_of_stripe(st)];
-                one = !slot || *slot == sl;
-                slot = sl;
-            }
-        };
-        const auto keys = m.keys().template as<Key>();
-        if ((m.header.flags & wire::flag_key_runs) != 0) {
-            for (std::size_t i = 0; one && i + 1 < keys.size(); i += 2) {
-                if (keys[i] < keys[i + 1]) {
-                    visit(r.stripe_of(keys[i]), r.stripe_of(keys[i + 1] - 1));
-                }
-            }
-        } else {
-            for (std::size_t i = 0; one && i < keys.size(); ++i) {
-                visit(r.stripe_of(keys[i]), r.stripe_of(keys[i]));
-            }
-        }
-        if (!one || !slot) {
-            return std::nullopt;
-        }
-        const auto* n = where.view->find(where.servers[*slot]);
-        if (!n || n->state != node_state::alive) {
-            return std::nullopt;
-        }
-        return *slot;
+    static std::optional<std::size_t> target_of(const placement& where, const wire::message& m) {
+        return detail::single_owner(where, detail::key_source::of(m));
     }
 
     /// Decides the parked requests the current view can: those of a server the view
@@ -1918,43 +1877,11 @@ private:
     /// limit the peers enforce (our own limit).
     std::error_code split(const prepared& p, bool with_values, std::vector<slice>& slices) const {
         const auto where = current_placement();
-        const auto& r = where->view->ring;
-        std::vector<std::vector<run>> runs(where->links.size());
-        std::vector<std::size_t> counts(where->links.size(), 0);
-        std::size_t last_slot = ~std::size_t{0};
-        auto add = [&](std::uint32_t slot, std::size_t first, std::size_t n) {
-            if (slot == last_slot) {
-                runs[slot].back().count += n;
-            } else {
-                runs[slot].push_back({first, n});
-                last_slot = slot;
-            }
-            counts[slot] += n;
-        };
-        if (p.range) {
-            // Stripe by stripe: no work per key.
-            const std::uint64_t width = r.options().stripe_keys;
-            for (std::uint64_t k = p.range->begin; k < p.range->end;) {
-                const std::uint64_t st = r.stripe_of(static_cast<Key>(k));
-                const std::uint64_t stop = std::min<std::uint64_t>(p.range->end, (st + 1) * width);
-                add(where->partition_slot[r.partition_of_stripe(st)],
-                    static_cast<std::size_t>(k - p.range->begin),
-                    static_cast<std::size_t>(stop - k));
-                k = stop;
-            }
-        } else {
-            const auto keys = p.keys.template as<Key>();
-            std::uint64_t stripe = ~std::uint64_t{0};
-            std::uint32_t slot = 0;
-            for (std::size_t i = 0; i < keys.size(); ++i) {
-                const std::uint64_t st = r.stripe_of(keys[i]);
-                if (st != stripe) {
-                    stripe = st;
-                    slot = where->partition_slot[r.partition_of_stripe(st)];
-                }
-                add(slot, i, 1);
-            }
-        }
+        auto routed = detail::route(
+            *where, p.range ? detail::key_source::range(p.range->begin, p.range->end)
+                            : detail::key_source::list(p.keys.span(), wire::scalar_type_of<Key>));
+        auto& runs = routed.runs;
+        const auto& counts = routed.counts;
         const std::uint64_t max_frame = transport_.options().limits.max_frame_bytes;
         const std::size_t row = opts_.width * sizeof(Value);
         for (std::size_t s = 0; s < runs.size(); ++s) {
@@ -2500,27 +2427,7 @@ private:
 
     /// The slots of the servers that own keys of `r` (all of them for a wide range).
     static std::vector<std::size_t> owners_of(const placement& where, key_range<Key> r) {
-        std::vector<bool> seen(where.links.size(), false);
-        const auto& ring = where.view->ring;
-        const std::uint64_t first = ring.stripe_of(r.begin);
-        const std::uint64_t last = ring.stripe_of(r.end - 1);
-        if (last - first >= std::uint64_t{4} * ring.options().partitions) {
-            seen.assign(seen.size(), true);
-        } else {
-            for (std::uint64_t st = first;; ++st) {
-                seen[where.partition_slot[ring.partition_of_stripe(st)]] = true;
-                if (st == last) {
-                    break;
-                }
-            }
-        }
-        std::vector<std::size_t> out;
-        for (std::size_t i = 0; i < seen.size(); ++i) {
-            if (seen[i]) {
-                out.push_back(i);
-            }
-        }
-        return out;
+        return detail::owners_of(where, r.begin, r.end);
     }
 
     template <typename Result, typename Handler>

@@ -8,6 +8,7 @@
 #error Define PETREL_SEPARATE_COMPILATION to compile <petrel/impl/src.hpp>
 #endif
 
+#include <petrel/client/impl/router.ipp>
 #include <petrel/cluster/impl/manager_node.ipp>
 #include <petrel/cluster/impl/member.ipp>
 #include <petrel/launch/impl/server_agent.ipp>
