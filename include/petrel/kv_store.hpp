@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petrel/client/detail/router.hpp>
+#include <petrel/client/detail/send_pipeline.hpp>
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/ring.hpp>
 #include <petrel/cluster/view.hpp>
@@ -716,14 +717,9 @@ private:
 
     struct shared;
 
-    /// What the sending path needs, also from callbacks that outlive the store: the
-    /// encoding options, the pool and the traffic counters.
-    struct pipeline {
-        wire::compression_options compression;
-        std::shared_ptr<buffer_pool> pool;
-        wire::detail::traffic_counters counters;
-        std::weak_ptr<shared> owner; // the store, for requests its servers dropped
-        std::chrono::milliseconds request_timeout{0};
+    /// The sending path, and the store for requests its servers dropped.
+    struct pipeline : detail::send_pipeline {
+        std::weak_ptr<shared> owner;
     };
 
     /// A request that outlives its server: when the connection drops or the view declares
@@ -767,7 +763,7 @@ private:
                                const std::shared_ptr<wire::key_cache_sender>& cache,
                                std::shared_ptr<resilient> r) {
         const auto deadline = r->deadline; // each send waits only for what is left of it
-        send_request(
+        detail::send_request(
             pipe, link, cache, r->message,
             [pipe, r, weak_link = std::weak_ptr<detail::request_link>(link)](
                 std::error_code ec, wire::message&& reply) {
@@ -1369,113 +1365,6 @@ private:
         }
         parked_ = std::move(keep);
         return out;
-    }
-
-    /// Key lists shorter than this are sent as they are (a reference saves nothing).
-    static constexpr std::size_t min_cached_key_bytes = 64;
-
-    /// Counts a reply as it arrived, then hands it on.
-    static detail::reply_callback counted(std::shared_ptr<pipeline> pipe,
-                                          detail::reply_callback on_reply) {
-        return [pipe = std::move(pipe), on_reply = std::move(on_reply)](std::error_code ec,
-                                                                        wire::message&& r) {
-            if (r.header.request_id != 0) { // a reply (request ids start at 1), not a failure
-                auto& c = pipe->counters;
-                c.replies.fetch_add(1, std::memory_order_relaxed);
-                c.received_bytes.fetch_add(
-                    wire::prefix_bytes + wire::encoded_header_bytes(r.header) + r.received_bytes,
-                    std::memory_order_relaxed);
-                if (r.header.kind == wire::message_kind::pull_reply && !ec) {
-                    c.reply_compression.add({r.values().size(), r.received_values_bytes});
-                }
-            }
-            on_reply(ec, std::move(r));
-        };
-    }
-
-    /// Encodes a keyed request (compression) and counts what is sent.
-    static void encode(pipeline& pipe, wire::message& m) {
-        auto& c = pipe.counters;
-        const bool keyed =
-            m.header.kind == wire::message_kind::push || m.header.kind == wire::message_kind::pull;
-        if (keyed && pipe.compression.mode != wire::compression_mode::off) {
-            if (m.header.kind == wire::message_kind::pull) {
-                m.header.flags |= wire::flag_compress_reply;
-            }
-            wire::stage_bytes stage;
-            wire::compress(m, pipe.compression, *pipe.pool, &stage);
-            c.compression.add(stage);
-        } else if (keyed) {
-            const std::uint64_t n = m.keys().size() + m.values().size();
-            c.compression.add({n, n});
-        }
-        c.requests.fetch_add(1, std::memory_order_relaxed);
-        c.sent_bytes.fetch_add(wire::frame_bytes(m.header), std::memory_order_relaxed);
-    }
-
-    /// Sends request `m` (with its keys, if any) to `link` through the sending pipeline:
-    /// key caching (with `cache`), compression, counters. A key list reference the server
-    /// does not hold (`errc::key_cache_miss`) is sent once more with the keys.
-    /// What is left until `deadline`, as a request's timeout: at least 1 ms (a request
-    /// whose deadline has just passed still goes, and times out at once).
-    static std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        return std::max(left, std::chrono::milliseconds(1));
-    }
-
-    /// Sends `m` on `link` (through the key cache), waiting for its reply until `deadline`.
-    static void send_request(const std::shared_ptr<pipeline>& pipe,
-                             const std::shared_ptr<detail::request_link>& link,
-                             const std::shared_ptr<wire::key_cache_sender>& cache, wire::message m,
-                             detail::reply_callback on_reply,
-                             std::chrono::steady_clock::time_point deadline) {
-        auto& c = pipe->counters;
-        const bool keyed =
-            m.header.kind == wire::message_kind::push || m.header.kind == wire::message_kind::pull;
-        std::optional<wire::message> again;
-        if (keyed) {
-            const std::uint64_t key_bytes = m.keys().size();
-            if (cache && (m.header.flags & wire::flag_key_runs) == 0 &&
-                key_bytes >= min_cached_key_bytes) {
-                const auto d = cache->lookup(m.keys(), m.header.key_type);
-                m.header.key_list_id = d.id;
-                m.header.key_list_digest = d.digest;
-                if (d.known) {
-                    again = m;
-                    again->header.encoding |= wire::encoding_keys_store;
-                    m.set_segment(wire::keys_segment, shared_bytes{});
-                    m.header.encoding |= wire::encoding_keys_cached;
-                    c.key_cache_hits.fetch_add(1, std::memory_order_relaxed);
-                } else {
-                    m.header.encoding |= wire::encoding_keys_store;
-                }
-            }
-            c.key_cache.add({key_bytes, m.keys().size()});
-        }
-        encode(*pipe, m);
-        auto done = counted(pipe, std::move(on_reply));
-        if (!again) {
-            link->request(std::move(m), std::move(done), time_left(deadline));
-            return;
-        }
-        auto retry = [pipe, link, again = std::move(*again), deadline,
-                      done](std::error_code ec, wire::message&& r) mutable {
-            if (ec != errc::key_cache_miss) {
-                done(ec, std::move(r));
-                return;
-            }
-            auto& c = pipe->counters;
-            c.replies.fetch_add(1, std::memory_order_relaxed);
-            c.received_bytes.fetch_add(wire::prefix_bytes + wire::encoded_header_bytes(r.header) +
-                                           r.received_bytes,
-                                       std::memory_order_relaxed);
-            c.key_cache_misses.fetch_add(1, std::memory_order_relaxed);
-            c.key_cache.add({0, again.keys().size()});
-            encode(*pipe, again);
-            link->request(std::move(again), std::move(done), time_left(deadline));
-        };
-        link->request(std::move(m), std::move(retry), time_left(deadline));
     }
 
     /// Runs the store's filters on a push (before it is split), and counts its payload
@@ -2198,8 +2087,8 @@ private:
         auto send = [pipe = pipe_, deadline](std::vector<outgoing>& rs) {
             for (auto& r : rs) {
                 if (r.server == no_node) {
-                    send_request(pipe, r.link, r.cache, std::move(r.message), std::move(r.on_reply),
-                                 deadline);
+                    detail::send_request(pipe, r.link, r.cache, std::move(r.message),
+                                         std::move(r.on_reply), deadline);
                 } else {
                     send_resilient(pipe, r.link, r.cache,
                                    make_resilient(*pipe, r.server, std::move(r.message),

@@ -9,6 +9,7 @@
 #endif
 
 #include <petrel/client/impl/router.ipp>
+#include <petrel/client/impl/send_pipeline.ipp>
 #include <petrel/cluster/impl/manager_node.ipp>
 #include <petrel/cluster/impl/member.ipp>
 #include <petrel/launch/impl/server_agent.ipp>

@@ -1,0 +1,245 @@
+#include <petrel/client/detail/send_pipeline.hpp>
+
+#include "support/cluster.hpp"
+
+#include <petrel/core/error.hpp>
+#include <petrel/transport/tcp_transport.hpp>
+#include <petrel/wire/key_cache.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <span>
+#include <system_error>
+#include <vector>
+
+using namespace std::chrono_literals;
+using petrel::errc;
+using petrel::test::io_threads;
+namespace wire = petrel::wire;
+
+namespace {
+
+/// What a test server saw of one request, after its connection decoded it.
+struct seen {
+    std::uint8_t flags = 0;
+    std::uint8_t encoding = 0;
+    std::size_t key_bytes = 0;
+};
+
+/// A server that records each request and answers it: with `errc::key_cache_miss` for a
+/// key list reference its connection could not resolve, otherwise with an empty reply.
+class recording_server {
+public:
+    explicit recording_server(io_threads& io, std::size_t key_cache_bytes)
+        : transport_(io.executor(), options(key_cache_bytes)) {
+        petrel::connection_handlers h;
+        h.on_message = [this](const petrel::connection_ptr& c, wire::message&& m) {
+            {
+                std::lock_guard lock(mutex_);
+                seen_.push_back({m.header.flags, m.header.encoding, m.keys().size()});
+            }
+            auto r = wire::make_reply(m.header, m.header.kind == wire::message_kind::pull
+                                                    ? wire::message_kind::pull_reply
+                                                    : wire::message_kind::push_reply);
+            if ((m.header.encoding & wire::encoding_keys_cached) != 0) {
+                r.header.status = static_cast<std::uint32_t>(errc::key_cache_miss);
+            } else if (m.header.kind == wire::message_kind::pull) {
+                const std::vector<std::byte> rows(m.header.key_count * m.header.width *
+                                                  wire::size_of(m.header.value_type));
+                r.set_segment(wire::values_segment, petrel::shared_bytes::copy_of(rows));
+            }
+            c->send(std::move(r));
+        };
+        h.on_close = [](const petrel::connection_ptr&, std::error_code) {};
+        address_ = transport_.listen("127.0.0.1:0", std::move(h));
+    }
+
+    [[nodiscard]] const std::string& address() const { return address_; }
+    [[nodiscard]] std::vector<seen> requests() const {
+        std::lock_guard lock(mutex_);
+        return seen_;
+    }
+
+private:
+    static petrel::transport_options options(std::size_t key_cache_bytes) {
+        petrel::transport_options o;
+        o.limits.max_key_cache_bytes = key_cache_bytes;
+        return o;
+    }
+
+    petrel::tcp_transport transport_;
+    std::string address_;
+    mutable std::mutex mutex_;
+    std::vector<seen> seen_;
+};
+
+/// A push of `n` u64 keys (one float each) from key `first`.
+wire::message push_of(std::size_t n, std::uint64_t first = 0) {
+    std::vector<std::uint64_t> keys(n);
+    std::iota(keys.begin(), keys.end(), first);
+    const std::vector<float> values(n, 1.5F);
+    wire::message m;
+    auto& h = m.header;
+    h.kind = wire::message_kind::push;
+    h.key_type = wire::scalar_type::u64;
+    h.value_type = wire::scalar_type::f32;
+    h.width = 1;
+    h.key_count = n;
+    h.range_begin = first;
+    h.range_end = first + n;
+    m.set_segment(wire::keys_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    m.set_segment(wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    return m;
+}
+
+struct client {
+    explicit client(io_threads& io, const std::string& address, bool caching)
+        : link(std::make_shared<petrel::detail::request_link>(petrel::tcp_transport(io.executor()),
+                                                              address, 10s)),
+          pipe(std::make_shared<petrel::detail::send_pipeline>()),
+          cache(caching ? std::make_shared<wire::key_cache_sender>(1 << 20) : nullptr) {
+        pipe->pool = std::make_shared<petrel::buffer_pool>();
+    }
+    ~client() { link->close(); }
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+
+    /// Sends `m` and waits for the error its reply carries.
+    std::error_code send(wire::message m) {
+        auto done = std::make_shared<std::promise<std::error_code>>();
+        auto f = done->get_future();
+        petrel::detail::send_request(
+            pipe, link, cache, std::move(m),
+            [done](std::error_code ec, wire::message&&) { done->set_value(ec); },
+            std::chrono::steady_clock::now() + 10s);
+        REQUIRE(f.wait_for(20s) == std::future_status::ready);
+        return f.get();
+    }
+
+    std::shared_ptr<petrel::detail::request_link> link;
+    std::shared_ptr<petrel::detail::send_pipeline> pipe;
+    std::shared_ptr<wire::key_cache_sender> cache;
+};
+
+} // namespace
+
+TEST_CASE("send_pipeline: a key list sent again goes as a reference the server resolves",
+          "[client][send_pipeline]") {
+    io_threads io(2);
+    recording_server server(io, std::size_t{1} << 20);
+    client c(io, server.address(), true);
+    const auto m = push_of(100);
+    CHECK_FALSE(c.send(m));
+    CHECK_FALSE(c.send(m));
+    const auto got = server.requests();
+    REQUIRE(got.size() == 2);
+    CHECK(got[1].key_bytes == 800); // resolved from the connection's cache
+    const auto t = c.pipe->counters.load();
+    CHECK(t.requests == 2);
+    CHECK(t.replies == 2);
+    CHECK(t.key_cache_hits == 1);
+    CHECK(t.key_cache_misses == 0);
+    CHECK(t.key_cache.in == 1600);
+    CHECK(t.key_cache.out == 800);                // the second list went as a reference
+    CHECK(t.compression.in == t.compression.out); // compression is off
+    CHECK(t.received_bytes > 0);
+    // The caller's message is as it built it: a copy it keeps can be sent again.
+    CHECK(m.keys().size() == 800);
+    CHECK(m.header.encoding == 0);
+}
+
+TEST_CASE("send_pipeline: a reference the server does not hold is sent once more with its keys",
+          "[client][send_pipeline]") {
+    io_threads io(2);
+    recording_server server(io, 0); // keeps no key list
+    client c(io, server.address(), true);
+    const auto m = push_of(100);
+    CHECK_FALSE(c.send(m));
+    CHECK_FALSE(c.send(m)); // a miss, then the keys: the caller sees success
+    const auto got = server.requests();
+    REQUIRE(got.size() == 3);
+    CHECK((got[1].encoding & wire::encoding_keys_cached) != 0);
+    CHECK(got[1].key_bytes == 0);
+    CHECK((got[2].encoding & wire::encoding_keys_cached) == 0);
+    CHECK(got[2].key_bytes == 800);
+    const auto t = c.pipe->counters.load();
+    CHECK(t.requests == 3);
+    CHECK(t.replies == 3); // the miss counts as a reply
+    CHECK(t.key_cache_hits == 1);
+    CHECK(t.key_cache_misses == 1);
+    CHECK(t.key_cache.out == 1600); // the keys went twice after all
+}
+
+TEST_CASE("send_pipeline: short key lists, key runs and stores without a cache send their keys",
+          "[client][send_pipeline]") {
+    io_threads io(2);
+    recording_server server(io, std::size_t{1} << 20);
+    SECTION("a list under 64 bytes") {
+        client c(io, server.address(), true);
+        const auto m = push_of(7);
+        CHECK_FALSE(c.send(m));
+        CHECK_FALSE(c.send(m));
+        CHECK(c.pipe->counters.load().key_cache_hits == 0);
+        CHECK(server.requests().at(1).key_bytes == 56);
+    }
+    SECTION("key runs") {
+        client c(io, server.address(), true);
+        auto m = push_of(16);
+        const std::vector<std::uint64_t> runs{0, 16, 100, 102, 200, 202, 300, 302, 400, 402};
+        m.header.flags |= wire::flag_key_runs;
+        m.set_segment(wire::keys_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(runs))));
+        m.header.key_count = 24;
+        m.header.range_end = 402;
+        const std::vector<float> values(24, 1.0F);
+        m.set_segment(wire::values_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        CHECK_FALSE(c.send(m));
+        CHECK_FALSE(c.send(m));
+        CHECK(c.pipe->counters.load().key_cache_hits == 0);
+    }
+    SECTION("no cache") {
+        client c(io, server.address(), false);
+        const auto m = push_of(100);
+        CHECK_FALSE(c.send(m));
+        CHECK_FALSE(c.send(m));
+        CHECK(c.pipe->counters.load().key_cache_hits == 0);
+        CHECK(server.requests().at(1).key_bytes == 800);
+    }
+}
+
+TEST_CASE("send_pipeline: with compression on, a pull asks for a compressed reply",
+          "[client][send_pipeline]") {
+    io_threads io(2);
+    recording_server server(io, std::size_t{1} << 20);
+    client c(io, server.address(), false);
+    c.pipe->compression.mode = wire::compression_mode::always;
+    auto m = push_of(100);
+    m.header.kind = wire::message_kind::pull;
+    m.set_segment(wire::values_segment, {});
+    CHECK_FALSE(c.send(m));
+    const auto got = server.requests();
+    REQUIRE(got.size() == 1);
+    CHECK((got[0].flags & wire::flag_compress_reply) != 0);
+    // Without compression it does not.
+    c.pipe->compression.mode = wire::compression_mode::off;
+    CHECK_FALSE(c.send(m));
+    CHECK((server.requests().at(1).flags & wire::flag_compress_reply) == 0);
+}
+
+TEST_CASE("send_pipeline: a request whose deadline has passed still goes, with 1 ms left",
+          "[client][send_pipeline]") {
+    const auto now = std::chrono::steady_clock::now();
+    CHECK(petrel::detail::time_left(now - 5s) == 1ms);
+    const auto left = petrel::detail::time_left(now + 2s);
+    CHECK(left > 1900ms);
+    CHECK(left <= 2000ms);
+}
