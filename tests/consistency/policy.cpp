@@ -62,6 +62,18 @@ TEST_CASE("policy: the read requirement of each model", "[consistency][policy]")
     CHECK(petrel::policy_name<petrel::bounded_delay<4>>() == "bounded_delay<4>");
     CHECK(petrel::policy_name<petrel::sequential>() == "sequential");
     CHECK(petrel::policy_name<petrel::eventual>() == "eventual");
+    // The same models as values, for the parts compiled once for every model.
+    using petrel::detail::policy_traits;
+    using petrel::detail::policy_traits_of;
+    STATIC_REQUIRE(policy_traits_of<petrel::sequential> == policy_traits{0, true, true});
+    STATIC_REQUIRE(policy_traits_of<petrel::eventual> == policy_traits{0, false, false});
+    STATIC_REQUIRE(policy_traits_of<petrel::bounded_delay<3>> == policy_traits{3, true, false});
+    for (const petrel::clock_type t : {0, 2, 3, 10, 1000}) {
+        CHECK(petrel::detail::required_clock(policy_traits_of<petrel::bounded_delay<3>>, t) ==
+              required_clock<petrel::bounded_delay<3>>(t));
+        CHECK(petrel::detail::required_clock(policy_traits_of<petrel::sequential>, t) == t);
+        CHECK(petrel::detail::required_clock(policy_traits_of<petrel::eventual>, t) == 0);
+    }
     // The default model of a store.
     STATIC_REQUIRE(
         std::is_same_v<petrel::kv_store<std::uint64_t, float>::consistency, petrel::sequential>);

@@ -68,16 +68,38 @@ concept consistency_policy = detail::is_consistency_policy<std::remove_cv_t<P>>:
 inline constexpr std::string_view consistency_policy_help =
     "Consistency must be petrel::sequential, petrel::eventual or petrel::bounded_delay<Tau>";
 
+namespace detail {
+
+/// A consistency model as values, for the parts of a store that are compiled once for
+/// every model.
+struct policy_traits {
+    clock_type delay = 0;
+    bool waits = false;
+    bool ordered = false;
+
+    friend constexpr bool operator==(const policy_traits&, const policy_traits&) = default;
+};
+
+/// The values of model `P`.
+template <consistency_policy P>
+inline constexpr policy_traits policy_traits_of{P::delay, P::waits, P::ordered};
+
+/// `required_clock` of a model given as values.
+[[nodiscard]] constexpr clock_type required_clock(const policy_traits& p, clock_type t) noexcept {
+    if (!p.waits) {
+        return 0;
+    }
+    return t > p.delay ? t - p.delay : 0;
+}
+
+} // namespace detail
+
 /// The number of clocks every live worker must have completed on the keys before a read
 /// issued at clock `t` may be answered: t − delay for waiting models (0 when t ≤ delay),
 /// 0 for `eventual`.
 template <consistency_policy P>
 [[nodiscard]] constexpr clock_type required_clock(clock_type t) noexcept {
-    if constexpr (!P::waits) {
-        return 0;
-    } else {
-        return t > P::delay ? t - P::delay : 0;
-    }
+    return detail::required_clock(detail::policy_traits_of<P>, t);
 }
 
 /// A readable name: "sequential", "eventual", "bounded_delay<4>".
