@@ -19,7 +19,6 @@
 #include <petrel/fwd.hpp>
 #include <petrel/server/checkpoint.hpp>
 #include <petrel/server/detail/checkpoint_call.hpp>
-#include <petrel/server/remote_function.hpp>
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
@@ -29,6 +28,7 @@
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/key_cache.hpp>
 #include <petrel/wire/message.hpp>
+#include <petrel/wire/remote_call.hpp>
 #include <petrel/wire/traffic.hpp>
 
 #include <asio/any_io_executor.hpp>
