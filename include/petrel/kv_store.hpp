@@ -23,6 +23,7 @@
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
 #include <petrel/wire/compression.hpp>
+#include <petrel/wire/compression_options.hpp>
 #include <petrel/wire/filter.hpp>
 #include <petrel/wire/frame.hpp>
 #include <petrel/wire/header.hpp>

@@ -17,3 +17,4 @@
 #include <petrel/server/impl/checkpoint_format.ipp>
 #include <petrel/server/impl/checkpoint_manifest_io.ipp>
 #include <petrel/server/impl/server_node.ipp>
+#include <petrel/wire/impl/compression.ipp>

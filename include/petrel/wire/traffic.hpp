@@ -1,7 +1,7 @@
 // Petrel: counters of the bytes a store sends and receives, stage by stage.
 #pragma once
 
-#include <petrel/wire/compression.hpp>
+#include <petrel/wire/compression_options.hpp>
 
 #include <atomic>
 #include <cstdint>
