@@ -2,7 +2,6 @@
 #pragma once
 
 #include <petrel/core/config.hpp>
-#include <petrel/server/detail/json.hpp>
 
 #include <filesystem>
 #include <string>
