@@ -1,6 +1,7 @@
 // Petrel: checkpoint files: each server's rows of a table, and a manifest per table.
 #pragma once
 
+#include <petrel/core/config.hpp>
 #include <petrel/server/detail/checkpoint_format.hpp>
 #include <petrel/wire/header.hpp>
 
@@ -138,6 +139,12 @@ void load(Archive& ar, shard_info& s) {
         throw std::domain_error("shard file name is not a plain file name");
     }
 }
+
+/// The manifest of table `table_id`'s checkpoint in `dir` (written by `kv_store::save`):
+/// its shape, its shards and the clock of the cut, from which a restored job resumes.
+/// @throws checkpoint_error naming the manifest when it is missing or malformed.
+[[nodiscard]] PETREL_DECL checkpoint_manifest read_checkpoint(const std::filesystem::path& dir,
+                                                              std::uint32_t table_id);
 
 } // namespace petrel
 

@@ -39,15 +39,3 @@ struct saved_shard {
 };
 
 } // namespace petrel::detail
-
-namespace petrel {
-
-/// The manifest of table `table_id`'s checkpoint in `dir` (written by `kv_store::save`):
-/// its shape, its shards and the clock of the cut, from which a restored job resumes.
-/// @throws checkpoint_error naming the manifest when it is missing or malformed.
-[[nodiscard]] inline checkpoint_manifest read_checkpoint(const std::filesystem::path& dir,
-                                                         std::uint32_t table_id) {
-    return detail::read_manifest(detail::table_dir(dir, table_id));
-}
-
-} // namespace petrel

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <span>
@@ -314,5 +315,14 @@ PETREL_DECL checkpoint_manifest read_manifest(const std::filesystem::path& table
 }
 
 } // namespace petrel::detail
+
+namespace petrel {
+
+PETREL_DECL checkpoint_manifest read_checkpoint(const std::filesystem::path& dir,
+                                                std::uint32_t table_id) {
+    return detail::read_manifest(detail::table_dir(dir, table_id));
+}
+
+} // namespace petrel
 
 #endif // PETREL_SERVER_IMPL_CHECKPOINT_MANIFEST_IO_IPP
