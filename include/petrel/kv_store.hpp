@@ -22,7 +22,6 @@
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
-#include <petrel/wire/compression.hpp>
 #include <petrel/wire/compression_options.hpp>
 #include <petrel/wire/filter.hpp>
 #include <petrel/wire/frame.hpp>
