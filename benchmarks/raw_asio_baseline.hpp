@@ -6,13 +6,16 @@
 // - stream_throughput: one-way bulk stream, one 1-byte reply per repetition;
 // - pingpong:          echo of a fixed-size message;
 // - push_pull:         a parameter-server push + pull emulated with a 16-byte
-//                      header (kind, payload length) per message.
+//                      header (kind, payload length) per message;
+// - pipelined:         many small fixed-size requests in flight on one
+//                      connection, written and answered with gathered writes.
 //
 // The server (`raw_server`) listens on 127.0.0.1 (ephemeral port) and runs
 // C++20 coroutines on its own thread and io_context; it handles one
 // connection at a time. The client (`raw_client`) uses blocking synchronous
-// Asio calls on the calling thread. Both sides set TCP_NODELAY and use
-// buffers that are allocated and written once before any timing.
+// Asio calls on the calling thread; the pipelined client is asynchronous and
+// runs its own io_context on the calling thread. Both sides set TCP_NODELAY
+// and use buffers that are allocated and written once before any timing.
 //
 // Failure handling: a server-side error closes the connection, so a blocked
 // client sees EOF instead of hanging; the client-side exception is rethrown as
@@ -114,6 +117,7 @@ enum class protocol {
     stream,    ///< read `bytes` per repetition, then reply 1 byte
     pingpong,  ///< read exactly `bytes`, write them back
     push_pull, ///< framed push (stored) + pull (returns the stored payload)
+    pipelined, ///< requests of `bytes`, each answered with a reply of `chunk_bytes`
 };
 
 /// Loopback TCP server on its own thread and io_context. The constructor
@@ -122,8 +126,9 @@ enum class protocol {
 class raw_server {
 public:
     /// `bytes`: stream = bytes per repetition; pingpong = message size;
-    /// push_pull = largest accepted payload. `chunk_bytes` (stream only,
-    /// 0 = `bytes`): size of each server read and of its buffer.
+    /// push_pull = largest accepted payload; pipelined = request size.
+    /// `chunk_bytes` (0 = `bytes`): stream = size of each server read and of
+    /// its buffer; pipelined = reply size; otherwise unused.
     raw_server(protocol proto, std::size_t bytes, std::size_t chunk_bytes = 0)
         : proto_(proto), bytes_(bytes),
           acceptor_(ctx_, tcp::endpoint(asio::ip::address_v4::loopback(), 0)) {
@@ -135,6 +140,10 @@ public:
             if (bytes == 0)
                 throw std::invalid_argument("raw_server: pingpong needs bytes > 0");
             chunk_bytes_ = bytes;
+        } else if (proto == protocol::pipelined) {
+            if (bytes == 0)
+                throw std::invalid_argument("raw_server: pipelined needs bytes > 0");
+            chunk_bytes_ = chunk_bytes == 0 ? bytes : chunk_bytes;
         } else {
             chunk_bytes_ = bytes;
         }
@@ -185,6 +194,9 @@ private:
                     break;
                 case protocol::push_pull:
                     co_await serve_push_pull(socket);
+                    break;
+                case protocol::pipelined:
+                    co_await serve_pipelined(socket);
                     break;
                 }
             } catch (const std::system_error& e) {
@@ -254,6 +266,27 @@ private:
             const std::array<asio::const_buffer, 2> reply_bufs{asio::buffer(reply),
                                                                asio::buffer(buffer_.data(), len)};
             co_await asio::async_write(socket, reply_bufs, asio::use_awaitable);
+        }
+    }
+
+    // Reads what the client sent so far and answers every whole request in the
+    // buffer with one gathered write of as many replies (all from buffer_);
+    // a partial request waits at the front of the buffer for its rest.
+    asio::awaitable<void> serve_pipelined(tcp::socket& socket) {
+        std::vector<std::byte> in(std::max<std::size_t>(std::size_t{64} << 10, 4 * bytes_));
+        std::vector<asio::const_buffer> replies;
+        std::size_t have = 0;
+        for (;;) {
+            have += co_await socket.async_read_some(
+                asio::buffer(in.data() + have, in.size() - have), asio::use_awaitable);
+            const std::size_t whole = have / bytes_;
+            if (whole == 0)
+                continue;
+            replies.assign(whole, asio::buffer(buffer_.data(), chunk_bytes_));
+            co_await asio::async_write(socket, replies, asio::use_awaitable);
+            const std::size_t used = whole * bytes_;
+            std::memmove(in.data(), in.data() + used, have - used);
+            have -= used;
         }
     }
 
@@ -342,6 +375,108 @@ inline void push_pull_once(tcp::socket& socket, std::span<const std::byte> push_
     expect_header(decode_header(in), frame_kind::data, len, "raw client data");
 }
 
+/// Client side of the pipelined exchange: its own io_context, run on the
+/// calling thread. `send` queues a request; while a write is in flight the
+/// queue grows, and the next write takes every queued request in one gathered
+/// async_write. A read loop counts whole replies.
+class pipelined_client {
+public:
+    pipelined_client(const tcp::endpoint& server, std::size_t request_bytes,
+                     std::size_t reply_bytes)
+        : request_(make_buffer(request_bytes, 5)), reply_bytes_(reply_bytes),
+          in_(std::max<std::size_t>(std::size_t{64} << 10, 4 * reply_bytes)) {
+        socket_.connect(server);
+        socket_.set_option(tcp::no_delay(true));
+    }
+
+    /// Sends `count` requests (all queued before the first is written) and
+    /// runs the io_context until every reply arrived; throws on a socket error
+    /// or when the replies take longer than `limit`.
+    void batch(std::size_t count, std::chrono::seconds limit = std::chrono::seconds(60)) {
+        if (count == 0)
+            return;
+        error_ = {};
+        expected_ = count;
+        replies_ = 0;
+        received_ = 0;
+        read();
+        for (std::size_t i = 0; i < count; ++i)
+            send();
+        ctx_.restart();
+        ctx_.run_for(limit);
+        if (error_)
+            throw std::system_error(error_, "pipelined client");
+        if (replies_ != expected_ || writing_ || !queued_.empty()) {
+            // Left running: close the socket so that nothing completes later.
+            std::error_code ignored;
+            socket_.close(ignored);
+            throw std::runtime_error("pipelined client: " + std::to_string(replies_) + " of " +
+                                     std::to_string(expected_) + " replies within " +
+                                     std::to_string(limit.count()) + " s");
+        }
+    }
+
+private:
+    void send() {
+        queued_.push_back(asio::buffer(request_));
+        if (!writing_)
+            write();
+    }
+
+    void write() {
+        writing_ = true;
+        sending_.swap(queued_);
+        queued_.clear();
+        asio::async_write(socket_, sending_, [this](std::error_code ec, std::size_t) {
+            writing_ = false;
+            if (ec) {
+                fail(ec);
+                return;
+            }
+            if (!queued_.empty())
+                write();
+        });
+    }
+
+    void read() {
+        socket_.async_read_some(asio::buffer(in_), [this](std::error_code ec, std::size_t n) {
+            if (ec) {
+                fail(ec);
+                return;
+            }
+            received_ += n;
+            replies_ = received_ / reply_bytes_;
+            if (received_ > expected_ * reply_bytes_) {
+                fail(std::make_error_code(std::errc::protocol_error));
+                return;
+            }
+            if (replies_ < expected_)
+                read();
+        });
+    }
+
+    void fail(std::error_code ec) {
+        if (!error_)
+            error_ = ec;
+        queued_.clear();
+        std::error_code ignored;
+        socket_.close(ignored);
+    }
+
+    asio::io_context ctx_{1};
+    tcp::socket socket_{ctx_};
+    std::vector<std::byte> request_;
+    std::size_t reply_bytes_;
+    std::vector<std::byte> in_;
+    std::vector<asio::const_buffer> queued_;
+    std::vector<asio::const_buffer> sending_;
+    bool writing_ = false;
+    std::size_t expected_ = 0;
+    std::size_t replies_ = 0;
+    std::size_t received_ = 0;
+    std::error_code error_;
+};
+
 /// Runs `fn` and returns its result; on failure rethrows as
 /// std::runtime_error naming `what` and adding the server's own error, if it
 /// recorded one.
@@ -412,6 +547,24 @@ inline samples push_pull(std::size_t payload_bytes, std::size_t min_iterations =
         if (pull != push)
             throw std::runtime_error("pulled bytes differ");
         return s;
+    });
+}
+
+/// `in_flight` requests of `request_bytes` sent at once on one connection
+/// and answered with replies of `reply_bytes`: the client queues them and
+/// writes what queued in one gathered write, the server answers every whole
+/// request it has read with one gathered write. One sample per batch, from
+/// the first send to the last reply; see run_timed for the iteration limits.
+inline samples pipelined(std::size_t request_bytes, std::size_t reply_bytes, std::size_t in_flight,
+                         std::size_t min_iterations = 20, double min_seconds = 0.5,
+                         std::size_t max_iterations = 1'000'000) {
+    if (request_bytes == 0 || reply_bytes == 0 || in_flight == 0)
+        throw std::invalid_argument("pipelined: need request_bytes, reply_bytes, in_flight > 0");
+    raw_server server(protocol::pipelined, request_bytes, reply_bytes);
+    pipelined_client client(server.endpoint(), request_bytes, reply_bytes);
+    return with_server_context("pipelined", server, [&] {
+        return run_timed([&] { client.batch(in_flight); }, min_iterations, min_seconds,
+                         max_iterations);
     });
 }
 
