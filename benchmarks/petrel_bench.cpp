@@ -29,7 +29,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +44,7 @@
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -657,61 +661,218 @@ void sparse_cases(const settings& st, const std::function<bool(const std::string
     }
 }
 
-/// Many small requests in flight at once to one server: `in_flight` concurrent 1-key
-/// pushes (as from many threads or coroutines) against the same pushes one at a time.
-/// The transport writes what queues meanwhile in one gathered write, and the server's
-/// replies likewise, so concurrent small requests share system calls.
-void small_requests_case(const settings& st, std::size_t in_flight) {
+/// The numbers of pushes in flight of the small-request cases.
+constexpr std::array<std::size_t, 3> small_in_flight{16, 64, 1000};
+
+/// How the small-request cases learn that their pushes completed.
+enum class completion {
+    callback, ///< a lambda per push; the last one to run sets a promise
+    task,     ///< `petrel::use_task`, all of them awaited through `when_all`
+    future,   ///< `asio::use_future`, one future per push
+};
+
+const char* completion_suffix(completion how) {
+    switch (how) {
+    case completion::callback:
+        return "";
+    case completion::task:
+        return "_task";
+    case completion::future:
+        return "_future";
+    }
+    return "";
+}
+
+const char* completion_name(completion how) {
+    switch (how) {
+    case completion::callback:
+        return "callback";
+    case completion::task:
+        return "use_task";
+    case completion::future:
+        return "use_future";
+    }
+    return "";
+}
+
+/// How long a benchmark waits for pushes it started before it gives up loudly.
+constexpr auto small_wait_limit = std::chrono::seconds(60);
+
+/// Waits for `f` at most `small_wait_limit`, then returns its value (or rethrows its error);
+/// throws when it did not become ready.
+template <typename T>
+T get_within_limit(std::future<T>& f, const char* what) {
+    if (f.wait_for(small_wait_limit) != std::future_status::ready) {
+        throw std::runtime_error(std::string(what) + ": not complete within " +
+                                 std::to_string(small_wait_limit.count()) + " s");
+    }
+    return f.get();
+}
+
+/// The pushes of the small-request cases: a one-key push of one float to one server.
+using small_store = petrel::kv_store<std::uint64_t, float, petrel::eventual>;
+
+/// Pushes keys 0 .. k-1 (one float each) at once and waits until every push completed.
+void small_batch(small_store& kv, std::size_t k, completion how) {
+    static const std::vector<float> one{1.0f};
+    const std::span<const float> value(one);
+    switch (how) {
+    case completion::callback: {
+        struct countdown {
+            std::atomic<std::size_t> left;
+            std::atomic<bool> failed{false};
+            std::promise<void> done;
+        };
+        auto c = std::make_shared<countdown>();
+        c->left = k;
+        auto done = c->done.get_future();
+        for (std::size_t i = 0; i < k; ++i) {
+            const std::uint64_t key = i;
+            kv.push(std::span<const std::uint64_t>(&key, 1), value, [c](std::error_code ec) {
+                if (ec) {
+                    c->failed = true;
+                }
+                if (c->left.fetch_sub(1) == 1) {
+                    if (c->failed) {
+                        c->done.set_exception(std::make_exception_ptr(
+                            std::runtime_error("small push: a push failed")));
+                    } else {
+                        c->done.set_value();
+                    }
+                }
+            });
+        }
+        get_within_limit(done, "small push (callbacks)");
+        break;
+    }
+    case completion::task: {
+        std::vector<petrel::task<>> pushes;
+        pushes.reserve(k);
+        for (std::size_t i = 0; i < k; ++i) {
+            const std::uint64_t key = i;
+            pushes.push_back(
+                kv.push(std::span<const std::uint64_t>(&key, 1), value, petrel::use_task));
+        }
+        auto all = petrel::when_all(pushes).async_wait(asio::use_future);
+        get_within_limit(all, "small push (use_task)");
+        break;
+    }
+    case completion::future: {
+        std::vector<std::future<void>> f;
+        f.reserve(k);
+        for (std::size_t i = 0; i < k; ++i) {
+            const std::uint64_t key = i;
+            f.push_back(kv.push(std::span<const std::uint64_t>(&key, 1), value, asio::use_future));
+        }
+        for (auto& x : f) {
+            get_within_limit(x, "small push (use_future)");
+        }
+        break;
+    }
+    }
+}
+
+/// Bytes on the wire of one one-key push (whole frames): the request and its reply, as
+/// `kv.traffic()` counts them once the connection is warm. Sizes the raw pipelined case.
+struct push_frame_bytes {
+    double request = 0;
+    double reply = 0;
+};
+
+push_frame_bytes measure_push_frame() {
     io_thread server_io;
     io_thread worker_io;
     petrel::server_node server(petrel::tcp_transport(server_io.executor()));
     petrel::kv_store_options<std::uint64_t> o;
     o.servers = {server.listen("127.0.0.1:0")};
-    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
-        petrel::tcp_transport(worker_io.executor()), o);
-    const std::size_t rounds = st.quick ? 20 : 400;
-    std::vector<float> one{1.0f};
-    auto batch = [&](std::size_t k) {
-        std::vector<std::future<void>> f;
-        f.reserve(k);
-        for (std::size_t i = 0; i < k; ++i) {
-            const std::uint64_t key = i;
-            f.push_back(kv.push(std::span<const std::uint64_t>(&key, 1),
-                                std::span<const float>(one), asio::use_future));
-        }
-        for (auto& x : f) {
-            x.get();
-        }
-    };
-    batch(in_flight); // warm up
+    small_store kv(petrel::tcp_transport(worker_io.executor()), o);
+    small_batch(kv, 16, completion::future); // connects and creates the table
+    const std::size_t pushes = 64;
+    const auto before = kv.traffic();
+    for (std::size_t i = 0; i < pushes; ++i) {
+        small_batch(kv, 1, completion::future);
+    }
+    const auto after = kv.traffic();
+    return {static_cast<double>(after.sent_bytes - before.sent_bytes) / static_cast<double>(pushes),
+            static_cast<double>(after.received_bytes - before.received_bytes) /
+                static_cast<double>(pushes)};
+}
+
+/// Batches per small-request case: fewer for many requests in flight.
+std::size_t small_rounds(const settings& st, std::size_t in_flight) {
+    return st.quick ? 20 : std::clamp<std::size_t>(200'000 / in_flight, 20, 400);
+}
+
+/// The raw Asio counterpart of the small-request cases: `in_flight` requests of a one-key
+/// push's size on one connection, answered with replies of its reply's size. Returns the
+/// requests per second.
+double raw_pipelined_case(const settings& st, std::size_t in_flight, push_frame_bytes frame) {
+    const auto request = static_cast<std::size_t>(std::lround(frame.request));
+    const auto reply = static_cast<std::size_t>(std::lround(frame.reply));
+    const std::size_t rounds = small_rounds(st, in_flight);
+    auto s = petrel_bench::raw::pipelined(request, reply, in_flight, rounds, 0.0, rounds);
+    const double rate = 1e6 * static_cast<double>(in_flight) / s.median();
+    petrel_bench::json_line line;
+    line.add("case", "raw_pipelined_1key_x" + std::to_string(in_flight))
+        .add("in_flight", in_flight)
+        .add("median_us", s.median())
+        .add("p99_us", s.p99())
+        .add("requests_per_second", rate)
+        .add("request_bytes", request)
+        .add("reply_bytes", reply)
+        .add("iterations", s.size());
+    line.print();
+    return rate;
+}
+
+/// Many small requests in flight at once to one server: `in_flight` concurrent 1-key
+/// pushes (as from many threads or coroutines) against the same pushes one at a time,
+/// each completing through `how`. The transport writes what queues meanwhile in one
+/// gathered write, and the server's replies likewise, so concurrent small requests share
+/// system calls. `raw_rate`: requests per second of the raw pipelined case.
+void small_requests_case(const settings& st, std::size_t in_flight, completion how,
+                         double raw_rate) {
+    io_thread server_io;
+    io_thread worker_io;
+    petrel::server_node server(petrel::tcp_transport(server_io.executor()));
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {server.listen("127.0.0.1:0")};
+    small_store kv(petrel::tcp_transport(worker_io.executor()), o);
+    const std::size_t rounds = small_rounds(st, in_flight);
+    small_batch(kv, in_flight, how); // warm up
     const auto before = kv.traffic();
     samples concurrent;
     for (std::size_t r = 0; r < rounds; ++r) {
         const auto t0 = clock_type::now();
-        batch(in_flight);
+        small_batch(kv, in_flight, how);
         concurrent.add(clock_type::now() - t0);
     }
     const auto after = kv.traffic();
     samples serial;
-    for (std::size_t r = 0; r < rounds / 4 + 1; ++r) {
+    const std::size_t serial_rounds =
+        std::min(rounds / 4 + 1, std::max<std::size_t>(1, 20'000 / in_flight));
+    for (std::size_t r = 0; r < serial_rounds; ++r) {
         const auto t0 = clock_type::now();
         for (std::size_t i = 0; i < in_flight; ++i) {
-            batch(1);
+            small_batch(kv, 1, how);
         }
         serial.add(clock_type::now() - t0);
     }
     const double per_request_concurrent = concurrent.median() / static_cast<double>(in_flight);
     const double per_request_serial = serial.median() / static_cast<double>(in_flight);
+    const double rate = 1e6 / per_request_concurrent;
     petrel_bench::json_line line;
-    line.add("case", "small_push_1key_x" + std::to_string(in_flight))
+    line.add("case", "small_push_1key_x" + std::to_string(in_flight) + completion_suffix(how))
+        .add("completion", completion_name(how))
         .add("in_flight", in_flight)
         .add("median_us", concurrent.median())
         .add("p99_us", concurrent.p99())
-        .add("requests_per_second", 1e6 / per_request_concurrent)
+        .add("requests_per_second", rate)
         .add("serial_requests_per_second", 1e6 / per_request_serial)
         .add("speedup_vs_serial", per_request_serial / per_request_concurrent)
         .add("ratio_to_raw",
              raw_pingpong_median > 0 ? per_request_concurrent / raw_pingpong_median : 1.0)
+        .add("ratio_to_raw_pipelined", raw_rate > 0 ? rate / raw_rate : 0.0)
         .add("bytes_on_wire_per_request",
              static_cast<double>(after.sent_bytes - before.sent_bytes) /
                  static_cast<double>(rounds * in_flight))
@@ -1204,9 +1365,17 @@ void server_threads_cases(const settings& st,
 
 void efficiency_cases(const settings& st, const std::function<bool(const std::string&)>& wanted) {
     sparse_cases(st, wanted);
+    const std::array small_styles{completion::callback, completion::task, completion::future};
+    auto small_name = [](std::size_t k, completion how) {
+        return "small_push_1key_x" + std::to_string(k) + completion_suffix(how);
+    };
     bool small = false;
-    for (std::size_t k : {16, 64}) {
-        small = small || wanted("small_push_1key_x" + std::to_string(k));
+    bool pipelined = false;
+    for (std::size_t k : small_in_flight) {
+        for (auto how : small_styles) {
+            small = small || wanted(small_name(k, how));
+        }
+        pipelined = pipelined || wanted("raw_pipelined_1key_x" + std::to_string(k));
     }
     if (small && raw_pingpong_median == 0) {
         auto b = budget_for(64, st.quick);
@@ -1214,9 +1383,20 @@ void efficiency_cases(const settings& st, const std::function<bool(const std::st
             petrel_bench::raw::pingpong(64, b.min_iterations, b.min_seconds, b.max_iterations)
                 .median();
     }
-    for (std::size_t k : {16, 64}) {
-        if (wanted("small_push_1key_x" + std::to_string(k))) {
-            small_requests_case(st, k);
+    const push_frame_bytes frame = small || pipelined ? measure_push_frame() : push_frame_bytes{};
+    for (std::size_t k : small_in_flight) {
+        bool any = wanted("raw_pipelined_1key_x" + std::to_string(k));
+        for (auto how : small_styles) {
+            any = any || wanted(small_name(k, how));
+        }
+        if (!any) {
+            continue;
+        }
+        const double raw_rate = raw_pipelined_case(st, k, frame);
+        for (auto how : small_styles) {
+            if (wanted(small_name(k, how))) {
+                small_requests_case(st, k, how, raw_rate);
+            }
         }
     }
     bool scaling = false;
@@ -1565,8 +1745,18 @@ int main(int argc, char** argv) {
                                             "sparse_push_1M_keycache_adaptive",
                                             "sparse_push_1M_filter_snappy",
                                             "sparse_push_1M_keycache_filter_snappy",
+                                            "raw_pipelined_1key_x16",
                                             "small_push_1key_x16",
+                                            "small_push_1key_x16_task",
+                                            "small_push_1key_x16_future",
+                                            "raw_pipelined_1key_x64",
                                             "small_push_1key_x64",
+                                            "small_push_1key_x64_task",
+                                            "small_push_1key_x64_future",
+                                            "raw_pipelined_1key_x1000",
+                                            "small_push_1key_x1000",
+                                            "small_push_1key_x1000_task",
+                                            "small_push_1key_x1000_future",
                                             "scaling_1",
                                             "scaling_2",
                                             "scaling_4",
