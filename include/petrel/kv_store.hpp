@@ -1,6 +1,7 @@
 // Petrel: the worker-side handle to a table of parameters.
 #pragma once
 
+#include <petrel/client/detail/resender.hpp>
 #include <petrel/client/detail/router.hpp>
 #include <petrel/client/detail/send_pipeline.hpp>
 #include <petrel/cluster/member.hpp>
@@ -204,6 +205,7 @@ public:
             ids.push_back(id);
         }
         v.ring = ring::balanced(opts_.ring, ids); // throws on bad ring options
+        resender_ = make_resender();
         settle(adopt(std::make_shared<const membership_view>(std::move(v))));
     }
 
@@ -231,10 +233,12 @@ public:
         if (auto v = worker.view(); !v || v->ring.empty()) {
             throw std::invalid_argument("petrel::kv_store: the worker has no view of its job");
         }
+        resender_ = make_resender();
         // Subscribe first, so that no view between the read below and the subscription
         // is missed (adopt ignores views that are not newer).
         std::weak_ptr<shared> weak = shared_;
-        subscription_ = member_->subscribe([weak](const member::view_ptr& nv) {
+        std::weak_ptr<detail::resender> resends = resender_;
+        subscription_ = member_->subscribe([weak, resends](const member::view_ptr& nv) {
             auto s = weak.lock();
             if (!s) {
                 return;
@@ -247,11 +251,14 @@ public:
                 }
             }
             settle(a);
-            review_parked(weak); // requests dropped by a server that failed go elsewhere
+            if (auto r = resends.lock()) {
+                r->review_all(); // requests dropped by a server that failed go elsewhere
+            }
         });
         settle(adopt(worker.view())); // servers failed before this store existed fail at once
         if constexpr (Consistency::ordered) {
-            review_parked(weak); // servers that took keys over learn this store has no resends
+            resender_->review_all(); // servers that took keys over learn this store has no
+                                     // resends
         }
     }
 
@@ -511,18 +518,18 @@ public:
             // job learns the job's from the servers before its first tick (see
             // `worker_clock::adopt_first_tick`). A failed question changes nothing.
             auto [asked, settle] = make_task<void>();
-            broadcast(pipe_, current_placement(), tick_request(0, 0),
-                      [clk = clock_, worker = opts_.worker](const wire::message& m) {
-                          clk->adopt_first_tick(worker, m.header.clocks);
-                      })
+            resender_
+                ->broadcast(current_placement(), tick_request(0, 0),
+                            [clk = clock_, worker = opts_.worker](const wire::message& m) {
+                                clk->adopt_first_tick(worker, m.header.clocks);
+                            })
                 .on_complete(
                     [settle = std::move(settle)](std::error_code) { settle.complete({}); });
             deps.push_back(std::move(asked));
         }
         auto request = tick_request(n, 0);
-        after(when_all(std::move(deps)), [pipe = pipe_, weak = std::weak_ptr<shared>(shared_),
-                                          where = current_placement(), clk = clock_,
-                                          counted = n - base,
+        after(when_all(std::move(deps)), [resends = resender_, where = current_placement(),
+                                          clk = clock_, counted = n - base,
                                           request = std::move(request)]() mutable {
             {
                 std::lock_guard lock(clk->mutex); // counted before or after an adopted start
@@ -530,15 +537,11 @@ public:
             }
             // The servers of the view at the time of sending: one that joined since the
             // call was told of the clocks sent before it (`sync_ticks`), and gets this one.
-            // (Those of the call's time once the store is gone.)
-            if (auto s = weak.lock()) {
-                std::lock_guard lock(s->mutex);
-                if (s->owner) {
-                    where = s->owner->note_tick(request.header.clock);
-                }
+            if (auto now = resends->note_tick(request.header.clock)) {
+                where = std::move(now);
             }
             request.header.view = where ? where->view->version : 0;
-            return broadcast(pipe, where, std::move(request));
+            return resends->broadcast(where, std::move(request));
         }).on_complete([done = std::move(done)](std::error_code ec) mutable { done.complete(ec); });
         // The ticks follow each other (and the reads wait) by `tick` itself; the caller
         // waits no longer than its deadline.
@@ -590,7 +593,7 @@ public:
             return t.async_wait(std::forward<CompletionToken>(token));
         }
         auto request = tick_request(0, wire::flag_finish);
-        return broadcast(pipe_, current_placement(), std::move(request))
+        return resender_->broadcast(current_placement(), std::move(request))
             .async_wait(std::forward<CompletionToken>(token));
     }
 
@@ -655,22 +658,17 @@ public:
     /// connections; later operations fail the same way. Idempotent.
     void close() {
         std::vector<std::shared_ptr<detail::request_link>> links;
-        std::vector<std::shared_ptr<resilient>> parked;
         {
             std::lock_guard lock(mutex_);
             closed_ = true;
             for (auto& [id, l] : links_) {
                 links.push_back(l);
             }
-            parked.swap(parked_);
-            retained_.clear();
         }
         for (auto& l : links) {
             l->close();
         }
-        for (auto& r : parked) {
-            r->settle(make_error_code(errc::shut_down), wire::message{});
-        }
+        resender_->close();
         if (owns_transport_) {
             transport_.close(); // a worker's transport is shared by its other stores
         }
@@ -678,8 +676,8 @@ public:
 
     /// The view that places this store's keys.
     [[nodiscard]] std::shared_ptr<const membership_view> view() const {
-        std::lock_guard lock(mutex_);
-        return placement_ ? placement_->view : nullptr;
+        const auto where = current_placement();
+        return where ? where->view : nullptr;
     }
 
 private:
@@ -716,112 +714,6 @@ private:
     using placement = detail::route_table;
 
     struct shared;
-
-    /// The sending path, and the store for requests its servers dropped.
-    struct pipeline : detail::send_pipeline {
-        std::weak_ptr<shared> owner;
-    };
-
-    /// A request that outlives its server: when the connection drops or the view declares
-    /// the server failed, it waits for the view to say where its keys went and is sent
-    /// there (a push marked `wire::flag_resent`; servers apply each update id once), or,
-    /// when the server is still alive after `drop_grace`, to the same server again; until
-    /// its deadline (the request timeout).
-    struct resilient {
-        node_id server = no_node;
-        wire::message message; // as built: before key caching and compression
-        detail::reply_callback on_reply;
-        std::chrono::steady_clock::time_point deadline;
-        std::chrono::steady_clock::time_point parked_at{};
-        /// 0 while in flight, then 1 when acknowledged or 2 when it failed for good.
-        std::atomic<int> outcome{0};
-        /// Why it was last dropped: what it fails with when its deadline passes.
-        std::error_code dropped_by{};
-        /// Sent to the same server again after a drop (a store without a job does so once).
-        bool retried = false;
-        /// While parked: ends its wait for a view at the deadline (guarded by the store's
-        /// lock).
-        std::shared_ptr<asio::steady_timer> due;
-
-        /// Calls `on_reply` once with the outcome.
-        void settle(std::error_code ec, wire::message&& reply) {
-            auto done = std::exchange(on_reply, detail::reply_callback{});
-            outcome.store(ec ? 2 : 1);
-            if (done) {
-                done(ec, std::move(reply));
-            }
-        }
-    };
-
-    /// How long a request whose connection dropped waits for a view that says its server
-    /// failed before it is sent to that server again.
-    static constexpr std::chrono::milliseconds drop_grace{200};
-
-    /// Sends `r` to `link` (the link of `r->server`); see `resilient`.
-    static void send_resilient(const std::shared_ptr<pipeline>& pipe,
-                               const std::shared_ptr<detail::request_link>& link,
-                               const std::shared_ptr<wire::key_cache_sender>& cache,
-                               std::shared_ptr<resilient> r) {
-        const auto deadline = r->deadline; // each send waits only for what is left of it
-        detail::send_request(
-            pipe, link, cache, r->message,
-            [pipe, r, weak_link = std::weak_ptr<detail::request_link>(link)](
-                std::error_code ec, wire::message&& reply) {
-                // The connection dropped or could not be made (a system error), the view
-                // declared the server failed, or the server's chain moved on without it
-                // (its view is out of date).
-                const bool dropped = ec == errc::connection_closed || ec == errc::node_failed ||
-                                     ec == errc::stale_view ||
-                                     (ec && ec.category() != error_category());
-                const bool durable = Consistency::ordered && !ec &&
-                                     (reply.header.kind == wire::message_kind::push_reply ||
-                                      reply.header.kind == wire::message_kind::clock_reply);
-                bool gone = false;
-                if (dropped || durable) {
-                    if (auto s = pipe->owner.lock()) {
-                        std::lock_guard lock(s->mutex);
-                        if (s->owner && durable) {
-                            s->owner->forget_durable(r->server, reply.header.clock);
-                            gone = s->owner->left_view(r->server, r->message.header.view);
-                        }
-                        if (s->owner && ec == errc::node_failed) {
-                            // Its link gave up connecting (not the view): say which server
-                            // it is, once; the view decides what becomes of its requests.
-                            if (const auto l = weak_link.lock();
-                                l && !l->closed() && l->first_unreachable_report()) {
-                                s->owner->report_unreachable(r->server);
-                            }
-                        }
-                        if (s->owner && dropped && s->owner->park(r, ec)) {
-                            return;
-                        }
-                    }
-                }
-                r->settle(ec, std::move(reply));
-                if (gone) {
-                    // Acknowledged by a server the view already took out (it left while
-                    // this push was on its way), or under an older view (its keys may
-                    // have moved): the push is retained, and now resent if so.
-                    review_parked(pipe->owner);
-                }
-            },
-            deadline);
-    }
-
-    /// A new resilient request to `server`, due by `deadline` (by the request timeout from
-    /// now when none is given).
-    static std::shared_ptr<resilient>
-    make_resilient(const pipeline& pipe, node_id server, wire::message m,
-                   detail::reply_callback on_reply,
-                   std::optional<std::chrono::steady_clock::time_point> deadline = {}) {
-        auto r = std::make_shared<resilient>();
-        r->server = server;
-        r->message = std::move(m);
-        r->on_reply = std::move(on_reply);
-        r->deadline =
-            deadline ? *deadline : std::chrono::steady_clock::now() + pipe.request_timeout;
-        return r;
-    }
 
     /// Ends a wait at a deadline unless something else ends it first: `decide()` is true
     /// for exactly one caller, the timer's handler or the other party.
@@ -871,499 +763,6 @@ private:
                 finish.complete(ec);
             }
         });
-        return out;
-    }
-
-    /// Ordered pushes are kept after their acknowledgement (a server holds them until
-    /// their clock is complete) until their server reports the clock durable, so that
-    /// they can be sent to the new owner of their keys if that server fails first.
-    void retain(const std::shared_ptr<resilient>& r) {
-        std::lock_guard lock(mutex_);
-        retained_.push_back(r);
-    }
-
-    /// Whether the current view says server `server` is no longer alive, or is newer
-    /// than view `version` (keys may have moved since a request was sent).
-    bool left_view(node_id server, std::uint64_t version) const {
-        std::lock_guard lock(mutex_);
-        const auto* n = placement_ ? placement_->view->find(server) : nullptr;
-        return (n && n->state != node_state::alive) ||
-               (placement_ && placement_->view->version > version);
-    }
-
-    /// Tick `n` goes to the servers of the current placement (returned).
-    std::shared_ptr<const placement> note_tick(clock_type n) {
-        std::lock_guard lock(mutex_);
-        {
-            std::lock_guard clk(clock_->mutex);
-            clock_->sent = std::max(clock_->sent, n);
-        }
-        return placement_;
-    }
-
-    /// The live servers this store has not told its clock yet (they joined the running
-    /// job) get the newest tick sent so far, after the pushes resent to them. Ordered
-    /// stores, when the ring changed, send it to every live server, marked as sent after
-    /// the resent pushes (`wire::flag_resent`): a server that took keys over answers
-    /// reads of them once every live worker's has come.
-    std::vector<std::function<void()>> sync_ticks() {
-        std::vector<std::function<void()>> out;
-        std::lock_guard lock(mutex_);
-        const auto where = placement_;
-        if (!where || closed_ || read_only_) {
-            return out;
-        }
-        clock_type sent = 0;
-        {
-            std::lock_guard clk(clock_->mutex);
-            sent = clock_->sent;
-        }
-        bool mark = false;
-        if constexpr (Consistency::ordered) {
-            mark = !(marked_ring_ == where->view->ring);
-            if (mark) {
-                marked_ring_ = where->view->ring;
-            }
-        }
-        for (std::size_t i = 0; i < where->servers.size(); ++i) {
-            const auto* n = where->view->find(where->servers[i]);
-            const bool first = n && told_.insert(n->id).second;
-            if (!n || n->state != node_state::alive || !(mark || (first && sent != 0))) {
-                continue;
-            }
-            auto m = tick_request(sent, mark ? std::uint8_t{wire::flag_resent} : std::uint8_t{0});
-            m.header.view = where->view->version;
-            out.push_back([pipe = pipe_, link = where->links[i],
-                           r = make_resilient(*pipe_, n->id, std::move(m),
-                                              [](std::error_code, wire::message&&) {})] {
-                send_resilient(pipe, link, nullptr, r);
-            });
-        }
-        return out;
-    }
-
-    /// Server `server` applied, here and on its replicas, every push of the clocks below
-    /// `clock`: its retained pushes of those clocks are no longer needed.
-    /// Pushes sent under a view older than this store's are kept until `resend_retained`
-    /// has looked at them: their keys may have moved away from `server`, which then
-    /// reports nothing about them.
-    void forget_durable(node_id server, clock_type clock) {
-        std::lock_guard lock(mutex_);
-        const std::uint64_t now = placement_ ? placement_->view->version : 0;
-        std::erase_if(retained_, [&](const std::shared_ptr<resilient>& r) {
-            return r->server == server && r->message.header.clock < clock &&
-                   r->message.header.view >= now;
-        });
-    }
-
-    /// After a view change: the retained pushes of servers the view declared failed go to
-    /// the new owners of their keys (marked resent, so that a clock the new owner already
-    /// holds is not applied twice); so do the keys of a retained push that moved to
-    /// another server while its own server stays (a server joined). Returns the sends, to
-    /// run once no lock is held.
-    std::vector<std::function<void()>> resend_retained() {
-        std::vector<std::function<void()>> out;
-        std::lock_guard lock(mutex_);
-        const auto where = placement_;
-        if (!where || closed_) {
-            return out;
-        }
-        std::erase_if(retained_, [](const std::shared_ptr<resilient>& r) {
-            return r->outcome.load() == 2; // the push failed: its caller was told so
-        });
-        std::vector<std::shared_ptr<resilient>> kept;
-        auto resend = [&](const std::shared_ptr<resilient>& r, std::size_t slot, wire::message m) {
-            auto again = std::make_shared<resilient>();
-            again->server = where->servers[slot];
-            again->message = std::move(m);
-            again->message.header.flags |= wire::flag_resent;
-            again->message.header.receiver = r->server;
-            again->message.header.view = where->view->version;
-            again->deadline = std::chrono::steady_clock::now() + pipe_->request_timeout;
-            kept.push_back(again);
-            out.push_back([pipe = pipe_, link = where->links[slot], cache = where->caches[slot],
-                           again] { send_resilient(pipe, link, cache, again); });
-        };
-        for (auto& r : retained_) {
-            const auto* n = where->view->find(r->server);
-            const bool alive = !n || n->state == node_state::alive;
-            if (r->outcome.load() == 0 ||
-                (alive && r->message.header.view >= where->view->version)) {
-                kept.push_back(r); // in flight (resent when it fails), or placed by this view
-                continue;
-            }
-            const auto own = std::find(where->servers.begin(), where->servers.end(), r->server);
-            const auto slot = target_of(*where, r->message);
-            if (slot && alive && where->servers[*slot] == r->server) {
-                r->message.header.view = where->view->version; // its keys stayed
-                kept.push_back(r);
-                continue;
-            }
-            if (slot) {
-                resend(r, *slot, r->message);
-                continue;
-            }
-            auto parts = divide(*where, r->message);
-            if (parts.pieces.empty()) {
-                kept.push_back(r); // nobody holds some of its keys: the job fails on them
-                continue;
-            }
-            for (auto& [s, m] : parts.pieces) {
-                if (alive && own != where->servers.end() &&
-                    s == static_cast<std::size_t>(own - where->servers.begin())) {
-                    // The keys its server still holds: kept there, as acknowledged.
-                    auto stay = std::make_shared<resilient>();
-                    stay->server = r->server;
-                    stay->message = std::move(m);
-                    stay->deadline = r->deadline;
-                    stay->outcome.store(1);
-                    kept.push_back(stay);
-                } else {
-                    resend(r, s, std::move(m));
-                }
-            }
-        }
-        retained_ = std::move(kept);
-        return out;
-    }
-
-    /// The pieces of request `m` for the servers that hold its keys under `where` (by
-    /// slot, as key lists, with their rows for a push), and for each key of `m` in order
-    /// the piece it went to. No pieces when a server of some key is not alive.
-    struct division {
-        std::vector<std::pair<std::size_t, wire::message>> pieces;
-        std::vector<std::uint32_t> piece_of_key;
-    };
-
-    division divide(const placement& where, const wire::message& m) const {
-        try {
-            return divide_keys(where, m);
-        } catch (const std::bad_alloc&) {
-            return {}; // fails like keys nobody holds
-        }
-    }
-
-    division divide_keys(const placement& where, const wire::message& m) const {
-        division out;
-        const auto& h = m.header;
-        const bool push = h.kind == wire::message_kind::push;
-        const std::size_t row = push ? std::size_t{h.width} * wire::size_of(h.value_type) : 0;
-        const auto values = m.values().span();
-        // Key runs become a key list: each piece lists its keys.
-        std::vector<Key> expanded;
-        auto keys = m.keys().template as<Key>();
-        if ((h.flags & wire::flag_key_runs) != 0) {
-            for (std::size_t i = 0; i + 1 < keys.size(); i += 2) {
-                for (std::uint64_t k = keys[i]; k < keys[i + 1]; ++k) {
-                    expanded.push_back(static_cast<Key>(k));
-                }
-            }
-            keys = expanded;
-        }
-        const auto routed = detail::route(
-            where, detail::key_source::list(std::as_bytes(keys), wire::scalar_type_of<Key>));
-        const auto slots = routed.used();
-        for (const auto slot : slots) {
-            if (!where.alive(slot)) {
-                return {};
-            }
-        }
-        out.piece_of_key.resize(keys.size());
-        for (const auto slot : slots) {
-            std::vector<Key> ks;
-            std::vector<std::byte> vs;
-            ks.reserve(routed.counts[slot]);
-            const auto piece = static_cast<std::uint32_t>(out.pieces.size());
-            for (const auto& ru : routed.runs[slot]) {
-                for (std::size_t i = ru.first; i < ru.first + ru.count; ++i) {
-                    ks.push_back(keys[i]);
-                    if (push && (i + 1) * row <= values.size()) {
-                        vs.insert(vs.end(), values.begin() + static_cast<std::ptrdiff_t>(i * row),
-                                  values.begin() + static_cast<std::ptrdiff_t>((i + 1) * row));
-                    }
-                    out.piece_of_key[i] = piece;
-                }
-            }
-            wire::message p;
-            p.header = h;
-            p.header.flags &= static_cast<std::uint8_t>(~wire::flag_key_runs);
-            p.header.key_count = ks.size();
-            p.header.range_begin = ks.front();
-            p.header.range_end = static_cast<std::uint64_t>(ks.back()) + 1;
-            p.header.view = where.view->version;
-            p.set_segment(wire::keys_segment,
-                          shared_bytes::copy_of(std::as_bytes(std::span<const Key>(ks))));
-            if (push) {
-                p.set_segment(wire::values_segment, shared_bytes::copy_of(vs));
-            }
-            out.pieces.emplace_back(slot, std::move(p));
-        }
-        return out;
-    }
-
-    /// Sends request `r` in pieces (`divide`) and settles it once every piece has been
-    /// answered: with the first error, or with the last reply (a push) or the pieces'
-    /// rows put back in the order of its keys (a pull). Ordered pushes retain the pieces
-    /// instead of `r`. Returns the sends.
-    std::vector<std::function<void()>> send_divided(const placement& where,
-                                                    const std::shared_ptr<resilient>& r,
-                                                    division parts, bool resent) {
-        struct gather {
-            std::mutex mutex;
-            std::shared_ptr<resilient> whole;
-            std::vector<wire::message> replies;
-            std::vector<std::uint32_t> piece_of_key;
-            std::size_t remaining = 0;
-            std::error_code error;
-        };
-        auto g = std::make_shared<gather>();
-        g->whole = r;
-        g->replies.resize(parts.pieces.size());
-        g->piece_of_key = std::move(parts.piece_of_key);
-        g->remaining = parts.pieces.size();
-        std::vector<std::function<void()>> out;
-        const bool ordered_push = r->message.header.kind == wire::message_kind::push &&
-                                  (r->message.header.flags & wire::flag_ordered) != 0;
-        if (ordered_push) {
-            std::erase(retained_, r);
-        }
-        for (std::size_t i = 0; i < parts.pieces.size(); ++i) {
-            auto& [slot, m] = parts.pieces[i];
-            auto sub = std::make_shared<resilient>();
-            sub->server = where.servers[slot];
-            sub->message = std::move(m);
-            if (resent) {
-                sub->message.header.flags |= wire::flag_resent;
-                sub->message.header.receiver = r->server;
-            }
-            sub->deadline = r->deadline;
-            sub->on_reply = [g, i](std::error_code ec, wire::message&& reply) {
-                std::unique_lock lock(g->mutex);
-                if (ec && !g->error) {
-                    g->error = ec;
-                }
-                g->replies[i] = std::move(reply);
-                if (--g->remaining != 0) {
-                    return;
-                }
-                lock.unlock();
-                if (g->error) {
-                    g->whole->settle(g->error, wire::message{});
-                    return;
-                }
-                auto first = std::move(g->replies.front());
-                if (first.header.kind != wire::message_kind::pull_reply) {
-                    g->whole->settle({}, std::move(first));
-                    return;
-                }
-                // The rows back in the order of the request's keys.
-                const std::size_t row =
-                    std::size_t{first.header.width} * wire::size_of(first.header.value_type);
-                g->replies.front() = std::move(first);
-                std::vector<std::size_t> at(g->replies.size(), 0);
-                std::vector<std::byte> rows(g->piece_of_key.size() * row);
-                for (std::size_t k = 0; k < g->piece_of_key.size(); ++k) {
-                    const auto p = g->piece_of_key[k];
-                    const auto v = g->replies[p].values().span();
-                    if ((at[p] + 1) * row > v.size()) {
-                        g->whole->settle(make_error_code(errc::value_count_mismatch),
-                                         wire::message{});
-                        return;
-                    }
-                    std::memcpy(rows.data() + k * row, v.data() + at[p] * row, row);
-                    ++at[p];
-                }
-                wire::message merged;
-                merged.header = g->replies.front().header;
-                merged.header.key_count = g->piece_of_key.size();
-                merged.header.clocks.clear();
-                for (const auto& rep : g->replies) {
-                    merged.header.clocks.insert(merged.header.clocks.end(),
-                                                rep.header.clocks.begin(), rep.header.clocks.end());
-                }
-                merged.set_segment(wire::values_segment, shared_bytes::copy_of(rows));
-                g->whole->settle({}, std::move(merged));
-            };
-            if (ordered_push) {
-                retained_.push_back(sub);
-            }
-            out.push_back([pipe = pipe_, link = where.links[slot], cache = where.caches[slot],
-                           sub] { send_resilient(pipe, link, cache, sub); });
-        }
-        return out;
-    }
-
-    /// Logs that `server`'s address refuses connections (or does not answer), naming it,
-    /// and in a job tells the manager, which declares the server failed if it cannot
-    /// connect either (`member::async_report_unreachable`). Called under the shared
-    /// mutex (before `mutex_` in the lock order); the report is sent after it.
-    void report_unreachable(node_id server) const {
-        const auto where = current_placement();
-        const auto* n = where ? where->view->find(server) : nullptr;
-        const std::string seen = (n ? n->describe() : "server " + std::to_string(server)) +
-                                 " refuses connections or does not answer";
-        if (log_) {
-            log_(log_level::error,
-                 "petrel worker " + std::to_string(opts_.node_id) + ": " + seen +
-                     "; its requests " +
-                     (member_ ? "wait for the job's view to say where its keys live (the "
-                                "manager is told), at most until their deadline"
-                              : "fail with node_failed"));
-        }
-        if (member_) {
-            asio::post(transport_.get_executor(), [m = member_, server, seen] {
-                m->async_report_unreachable(server, seen, [](std::error_code) {});
-            });
-        }
-    }
-
-    /// Keeps a dropped request until the view says where to send it (`review`); false
-    /// when it cannot wait (the store is closed, or its deadline passed).
-    bool park(const std::shared_ptr<resilient>& r, std::error_code why) {
-        const auto now = std::chrono::steady_clock::now();
-        std::weak_ptr<shared> weak = shared_;
-        auto ex = transport_.get_executor();
-        {
-            std::lock_guard lock(mutex_);
-            if (closed_ || now >= r->deadline) {
-                return false;
-            }
-            r->parked_at = now;
-            r->dropped_by = why;
-            parked_.push_back(r);
-            // However the view goes, the request ends by its deadline (`review` stops this
-            // timer when the request leaves `parked_`).
-            r->due = std::make_shared<asio::steady_timer>(ex, r->deadline);
-            r->due->async_wait([due = r->due, weak](std::error_code ec) {
-                if (ec != asio::error::operation_aborted) {
-                    review_parked(weak);
-                }
-            });
-        }
-        asio::post(ex, [weak] { review_parked(weak); }); // the view may already say
-        auto timer = std::make_shared<asio::steady_timer>(ex, drop_grace);
-        timer->async_wait([timer, weak](std::error_code) { review_parked(weak); });
-        return true;
-    }
-
-    /// Sends the parked requests whose fate the view now decides (see `review`).
-    static void review_parked(const std::weak_ptr<shared>& weak) {
-        std::vector<std::function<void()>> actions;
-        if (auto s = weak.lock()) {
-            std::lock_guard lock(s->mutex);
-            if (s->owner) {
-                actions = s->owner->review();
-                if constexpr (Consistency::ordered) {
-                    auto more = s->owner->resend_retained();
-                    actions.insert(actions.end(), more.begin(), more.end());
-                }
-                auto ticks = s->owner->sync_ticks();
-                actions.insert(actions.end(), ticks.begin(), ticks.end());
-            }
-        }
-        for (auto& a : actions) {
-            a();
-        }
-    }
-
-    /// The slot of the live server that now holds every key of `m`; none when its keys
-    /// lie on several servers or their server is not alive.
-    static std::optional<std::size_t> target_of(const placement& where, const wire::message& m) {
-        return detail::single_owner(where, detail::key_source::of(m));
-    }
-
-    /// Decides the parked requests the current view can: those of a server the view
-    /// declared failed go to the new owner of their keys (a clock tick needs no resend:
-    /// every server gets its own), fail with `errc::node_failed` when nobody holds their
-    /// keys, or go to the same server again after `drop_grace`. Returns the sends and
-    /// completions to run once no lock is held.
-    std::vector<std::function<void()>> review() {
-        std::vector<std::function<void()>> out;
-        std::lock_guard lock(mutex_);
-        const auto now = std::chrono::steady_clock::now();
-        const auto where = placement_;
-        std::vector<std::shared_ptr<resilient>> keep;
-        auto finish = [&out](const std::shared_ptr<resilient>& r, std::error_code ec) {
-            out.push_back([r, ec] { r->settle(ec, wire::message{}); });
-        };
-        for (auto& r : parked_) {
-            const auto* n = where ? where->view->find(r->server) : nullptr;
-            const bool gone = n && n->state != node_state::alive;
-            const auto kind = r->message.header.kind;
-            // Refused by a live server under an older view: its keys moved (a server
-            // joined, or keys were handed over), so it goes where this view places them.
-            const bool moved = !gone && where && r->dropped_by == errc::stale_view &&
-                               kind != wire::message_kind::clock &&
-                               r->message.header.view < where->view->version;
-            if (closed_) {
-                finish(r, make_error_code(errc::shut_down));
-            } else if (gone && kind == wire::message_kind::clock) {
-                out.push_back([r] {
-                    wire::message reply;
-                    reply.header.kind = wire::message_kind::clock_reply;
-                    r->settle(std::error_code{}, std::move(reply));
-                });
-            } else if (gone || moved) {
-                if (kind == wire::message_kind::call || now >= r->deadline) {
-                    // A call names a key range its server checked under its view: the
-                    // caller asks again under the new one.
-                    finish(r, make_error_code(moved ? errc::stale_view : errc::node_failed));
-                    continue;
-                }
-                const auto slot = target_of(*where, r->message);
-                const bool resent = gone && kind == wire::message_kind::push;
-                if (!slot) {
-                    auto parts = divide(*where, r->message);
-                    if (parts.pieces.empty()) {
-                        finish(r, make_error_code(errc::node_failed));
-                        continue;
-                    }
-                    auto sends = send_divided(*where, r, std::move(parts), resent);
-                    out.insert(out.end(), sends.begin(), sends.end());
-                    continue;
-                }
-                auto& h = r->message.header;
-                if (resent) {
-                    h.flags |= wire::flag_resent;
-                    h.receiver = r->server;
-                }
-                h.view = where->view->version;
-                r->server = where->servers[*slot];
-                out.push_back([pipe = pipe_, link = where->links[*slot],
-                               cache = where->caches[*slot],
-                               r] { send_resilient(pipe, link, cache, r); });
-            } else if (now >= r->deadline) {
-                finish(r, r->dropped_by);
-            } else if (now - r->parked_at >= drop_grace && where) {
-                const auto it = std::find(where->servers.begin(), where->servers.end(), r->server);
-                // Without a job no view will ever say the server failed: one more try. In a
-                // job the view decides, even for a server whose address refuses connections
-                // (the manager may yet move its keys to their replicas).
-                if (it == where->servers.end() || (!member_ && r->retried)) {
-                    finish(r, r->dropped_by);
-                    continue;
-                }
-                r->retried = true;
-                const auto slot = static_cast<std::size_t>(it - where->servers.begin());
-                out.push_back([pipe = pipe_, link = where->links[slot], cache = where->caches[slot],
-                               r] { send_resilient(pipe, link, cache, r); });
-            } else {
-                keep.push_back(r);
-            }
-        }
-        // The requests that left `parked_` no longer wait for their deadline there.
-        std::vector<const resilient*> still;
-        for (const auto& r : keep) {
-            still.push_back(r.get());
-        }
-        std::sort(still.begin(), still.end());
-        for (const auto& r : parked_) {
-            if (r->due && !std::binary_search(still.begin(), still.end(), r.get())) {
-                r->due->cancel();
-                r->due.reset();
-            }
-        }
-        parked_ = std::move(keep);
         return out;
     }
 
@@ -1481,14 +880,11 @@ private:
         auto p = std::make_shared<placement>();
         p->view = v;
         std::lock_guard lock(mutex_);
-        if (placement_ && placement_->view->version >= v->version) {
+        if (const auto now = resender_->table(); now && now->view->version >= v->version) {
             return a;
         }
         std::map<node_id, std::uint32_t> slot_of;
         for (const auto* n : v->of_role(node_role::server)) {
-            if (!placement_) {
-                told_.insert(n->id); // the servers this store starts with hear every tick
-            }
             auto& link = links_[n->id];
             if (!link) {
                 // A server whose address keeps refusing connections is treated as failed.
@@ -1523,7 +919,7 @@ private:
         for (std::uint32_t i = 0; i < r.options().partitions; ++i) {
             p->partition_slot[i] = slot_of.at(r.owners(i)[0]);
         }
-        placement_ = std::move(p);
+        resender_->install(std::move(p));
         return a;
     }
 
@@ -1925,10 +1321,7 @@ private:
         });
     }
 
-    std::shared_ptr<const placement> current_placement() const {
-        std::lock_guard lock(mutex_);
-        return placement_;
-    }
+    std::shared_ptr<const placement> current_placement() const { return resender_->table(); }
 
     /// A clock message for every server: `n` completed clocks on every key.
     wire::message tick_request(clock_type n, std::uint8_t flags) const {
@@ -1939,43 +1332,6 @@ private:
         h.range_end = key_space_end<std::uint64_t>;
         h.clock = n;
         return m;
-    }
-
-    /// Sends `request` to every server of `where`; the task completes when all have
-    /// answered (with the first error).
-    static task<void> broadcast(const std::shared_ptr<pipeline>& pipe,
-                                const std::shared_ptr<const placement>& where,
-                                wire::message request,
-                                std::function<void(const wire::message&)> seen = {}) {
-        // Servers the view declared failed (their links are closed) are skipped.
-        std::vector<std::size_t> live;
-        if (where) {
-            for (std::size_t i = 0; i < where->links.size(); ++i) {
-                const auto* n = where->view->find(where->servers[i]);
-                if (!n || n->state == node_state::alive) {
-                    live.push_back(i);
-                }
-            }
-        }
-        std::vector<task<void>> answers;
-        for (const auto i : live) {
-            auto [answer, completer] = make_task<void>();
-            send_resilient(pipe, where->links[i], nullptr,
-                           make_resilient(*pipe, where->servers[i], request,
-                                          [answered = std::move(completer),
-                                           seen](std::error_code ec, wire::message&& reply) {
-                                              if (!ec && reply.header.kind !=
-                                                             wire::message_kind::clock_reply) {
-                                                  ec = errc::bad_message_kind;
-                                              }
-                                              if (!ec && seen) {
-                                                  seen(reply);
-                                              }
-                                              answered.complete(ec);
-                                          }));
-            answers.push_back(std::move(answer));
-        }
-        return when_all(answers); // complete at once when there is nobody to tell
     }
 
     /// The clock of the calling worker now, and the read requirement that goes with it.
@@ -2043,8 +1399,8 @@ private:
                 request.header.flags |= wire::flag_ordered;
             }
             request.header.update_id = next_update_.fetch_add(1, std::memory_order_relaxed);
-            auto r = make_resilient(
-                *pipe_, s.server, std::move(request),
+            auto r = resender_->make(
+                s.server, std::move(request),
                 [join, report = failure_report(s), clk = clock_,
                  worker = opts_.worker](std::error_code ec, wire::message&& m) {
                     if (!ec && m.header.kind != wire::message_kind::push_reply) {
@@ -2062,9 +1418,9 @@ private:
                     }
                 });
             if constexpr (Consistency::ordered) {
-                retain(r);
+                resender_->retain(r);
             }
-            send_resilient(pipe_, s.link, s.cache, std::move(r));
+            resender_->send(s.link, s.cache, std::move(r));
         }
     }
 
@@ -2084,15 +1440,15 @@ private:
     template <typename Fail>
     void send_when_gate_open(task<void> own, std::vector<outgoing> requests, Fail fail,
                              std::chrono::steady_clock::time_point deadline) const {
-        auto send = [pipe = pipe_, deadline](std::vector<outgoing>& rs) {
+        auto send = [pipe = pipe_, resends = resender_, deadline](std::vector<outgoing>& rs) {
             for (auto& r : rs) {
                 if (r.server == no_node) {
                     detail::send_request(pipe, r.link, r.cache, std::move(r.message),
                                          std::move(r.on_reply), deadline);
                 } else {
-                    send_resilient(pipe, r.link, r.cache,
-                                   make_resilient(*pipe, r.server, std::move(r.message),
-                                                  std::move(r.on_reply), deadline));
+                    resends->send(r.link, r.cache,
+                                  resends->make(r.server, std::move(r.message),
+                                                std::move(r.on_reply), deadline));
                 }
             }
         };
@@ -2410,22 +1766,29 @@ private:
     std::map<node_id, std::shared_ptr<detail::request_link>> links_;
     std::map<node_id, std::shared_ptr<wire::key_cache_sender>> caches_;
     std::vector<std::shared_ptr<wire::push_filter<Key, Value>>> filters_;
-    std::shared_ptr<pipeline> pipe_ = make_pipeline();
-    std::shared_ptr<const placement> placement_;
-    std::vector<std::shared_ptr<resilient>> parked_;   // dropped requests waiting for a view
-    std::vector<std::shared_ptr<resilient>> retained_; // ordered pushes not yet durable
-    petrel::ring marked_ring_; // the ring of the newest resync tick (see sync_ticks)
-    std::set<node_id> told_;   // servers that heard this store's ticks (see sync_ticks)
+    std::shared_ptr<detail::send_pipeline> pipe_ = make_pipeline();
     std::atomic<std::uint64_t> next_update_{first_update_id()};
     std::shared_ptr<detail::worker_clock> clock_ = std::make_shared<detail::worker_clock>();
+    std::shared_ptr<detail::resender> resender_; // made once the options are final
 
-    std::shared_ptr<pipeline> make_pipeline() {
-        auto p = std::make_shared<pipeline>();
+    std::shared_ptr<detail::send_pipeline> make_pipeline() {
+        auto p = std::make_shared<detail::send_pipeline>();
         p->compression = opts_.compression;
         p->pool = transport_.pool();
-        p->owner = shared_;
         p->request_timeout = opts_.request_timeout;
         return p;
+    }
+
+    std::shared_ptr<detail::resender> make_resender() {
+        detail::resender_options o;
+        o.self = opts_.node_id;
+        o.policy = detail::policy_traits_of<Consistency>;
+        o.read_only = read_only_;
+        o.tick = tick_request(0, 0);
+        o.membership = member_;
+        o.log = log_;
+        return std::make_shared<detail::resender>(transport_.get_executor(), pipe_, clock_,
+                                                  std::move(o));
     }
 
     /// A random start for this store's update ids, so that stores never share one.
