@@ -1,6 +1,7 @@
 // Petrel: the worker-side handle to a table of parameters.
 #pragma once
 
+#include <petrel/client/detail/fan_in.hpp>
 #include <petrel/client/detail/resender.hpp>
 #include <petrel/client/detail/router.hpp>
 #include <petrel/client/detail/send_pipeline.hpp>
@@ -1271,56 +1272,6 @@ private:
         return m;
     }
 
-    /// The completion shared by the slices of one operation: the first error wins, and
-    /// the handler runs once, when the last slice is done or when the operation is
-    /// cancelled, whichever comes first.
-    template <typename Completion>
-    struct join_state {
-        explicit join_state(Completion c, std::size_t n) : done(std::move(c)), remaining(n) {}
-        std::mutex mutex;
-        std::optional<Completion> done;
-        std::size_t remaining;
-        std::error_code error;
-        std::vector<clock_entry> clocks;
-
-        /// Records one slice's outcome; returns true for the last one.
-        bool arrive(std::error_code ec, std::vector<clock_entry>* c = nullptr) {
-            std::lock_guard lock(mutex);
-            if (ec && !error) {
-                error = ec;
-            }
-            if (c) {
-                clocks.insert(clocks.end(), c->begin(), c->end());
-            }
-            return --remaining == 0;
-        }
-
-        /// The handler, for the one caller that completes the operation.
-        std::optional<Completion> take() {
-            std::lock_guard lock(mutex);
-            return std::exchange(done, std::nullopt);
-        }
-    };
-
-    /// Completes `state`'s operation with `asio::error::operation_aborted` when the
-    /// handler's cancellation slot is emitted (the requests already sent are not
-    /// recalled: a cancelled push may still be applied).
-    template <typename Slot, typename State, typename... Empty>
-    static void cancel_with(Slot slot, const std::shared_ptr<State>& state, Empty... empty) {
-        if (!slot.is_connected()) {
-            return;
-        }
-        std::weak_ptr<State> weak = state;
-        slot.assign([weak, empty...](asio::cancellation_type) {
-            if (auto st = weak.lock()) {
-                if (auto d = st->take()) {
-                    std::move(*d).dispatch(make_error_code(asio::error::operation_aborted),
-                                           empty...);
-                }
-            }
-        });
-    }
-
     std::shared_ptr<const placement> current_placement() const { return resender_->table(); }
 
     /// A clock message for every server: `n` completed clocks on every key.
@@ -1385,13 +1336,13 @@ private:
             return;
         }
         auto [t, settle] = register_push();
-        struct push_state : join_state<decltype(done)> {
-            using join_state<decltype(done)>::join_state;
+        struct push_state : detail::fan_in_with<decltype(done)> {
+            using detail::fan_in_with<decltype(done)>::fan_in_with;
             task_completer<void> settle;
         };
         auto join = std::make_shared<push_state>(std::move(done), slices.size());
         join->settle = std::move(settle);
-        cancel_with(slot, join);
+        detail::abort_on_cancel(slot, join);
         for (const auto& s : slices) {
             auto request = make_request(wire::message_kind::push, s);
             request.header.clock = t;
@@ -1411,9 +1362,9 @@ private:
                     }
                     report(ec);
                     if (join->arrive(ec)) {
-                        join->settle.complete({});
+                        join->settle.complete({}); // even when cancelled: the next tick waits
                         if (auto d = join->take()) {
-                            std::move(*d).dispatch(join->error);
+                            std::move(*d).dispatch(join->error());
                         }
                     }
                 });
@@ -1522,16 +1473,17 @@ private:
             complete(std::move(done), std::error_code{}, result_type({}, {}, opts_.width), true);
             return;
         }
-        struct pull_state : join_state<decltype(done)> {
-            using join_state<decltype(done)>::join_state;
+        struct pull_state : detail::fan_in_with<decltype(done)> {
+            using detail::fan_in_with<decltype(done)>::fan_in_with;
             pooled_buffer gathered; // several slices: their rows copied in the caller's order
             shared_bytes single;    // one slice: the reply's own buffer
+            std::vector<clock_entry> clocks; // the slices' clocks (for a kv_pairs result)
         };
         auto join = std::make_shared<pull_state>(std::move(done), slices.size());
         if constexpr (Into) {
-            cancel_with(slot, join);
+            detail::abort_on_cancel(slot, join);
         } else {
-            cancel_with(slot, join, result_type{});
+            detail::abort_on_cancel(slot, join, result_type{});
         }
         const std::size_t row = opts_.width * sizeof(Value);
         if (!Into && slices.size() > 1) {
@@ -1572,22 +1524,25 @@ private:
                          };
                          if constexpr (Into) {
                              // The caller's memory is only ours while the pull is pending.
-                             std::lock_guard lock(join->mutex);
-                             if (join->done) {
-                                 copy(target);
-                             }
+                             join->if_live([&] { copy(target); });
                          } else {
                              (void)target;
                              copy(join->gathered.data());
                          }
                      }
-                     if (join->arrive(ec, ec ? nullptr : &m.header.clocks)) {
+                     if (!Into && !ec) {
+                         join->if_live([&] {
+                             join->clocks.insert(join->clocks.end(), m.header.clocks.begin(),
+                                                 m.header.clocks.end());
+                         });
+                     }
+                     if (join->arrive(ec)) {
                          auto d = join->take();
                          if (!d) {
                              return; // cancelled
                          }
-                         if (join->error || Into) {
-                             complete(std::move(*d), join->error, result_type{});
+                         if (const auto error = join->error(); error || Into) {
+                             complete(std::move(*d), error, result_type{});
                              return;
                          }
                          auto values = one ? join->single : join->gathered.share();
@@ -1687,13 +1642,13 @@ private:
         }
         const auto where = current_placement();
         const auto slots = owners_of(*where, c.range);
-        struct call_state : join_state<decltype(done)> {
-            using join_state<decltype(done)>::join_state;
-            results out;
+        struct call_state : detail::fan_in_with<decltype(done)> {
+            using detail::fan_in_with<decltype(done)>::fan_in_with;
+            results out; // each written by its server's reply, before it arrives
         };
         auto join = std::make_shared<call_state>(std::move(done), slots.size());
         join->out.resize(slots.size());
-        cancel_with(slot, join, results{});
+        detail::abort_on_cancel(slot, join, results{});
         auto [required, own] = read_gate();
         std::vector<outgoing> requests;
         for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -1729,8 +1684,8 @@ private:
                 }
                 if (join->arrive(ec)) {
                     if (auto d = join->take()) {
-                        if (join->error) {
-                            std::move(*d).dispatch(join->error, results{});
+                        if (const auto error = join->error()) {
+                            std::move(*d).dispatch(error, results{});
                         } else {
                             std::move(*d).dispatch(std::error_code{}, std::move(join->out));
                         }

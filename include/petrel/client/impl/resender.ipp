@@ -2,6 +2,7 @@
 #ifndef PETREL_CLIENT_IMPL_RESENDER_IPP
 #define PETREL_CLIENT_IMPL_RESENDER_IPP
 
+#include <petrel/client/detail/fan_in.hpp>
 #include <petrel/client/detail/resender.hpp>
 #include <petrel/cluster/member.hpp>
 #include <petrel/consistency/worker_clock.hpp>
@@ -530,19 +531,16 @@ PETREL_DECL resender::actions resender::send_divided(const route_table& where,
     // Settles `r` once every piece has been answered: with the first error, or with the
     // last reply (a push) or the pieces' rows put back in the order of its keys (a pull).
     // Ordered pushes retain the pieces instead of `r`. Called under the lock.
-    struct gather {
-        std::mutex mutex;
+    struct gather : fan_in {
+        using fan_in::fan_in;
         std::shared_ptr<resilient> whole;
-        std::vector<wire::message> replies;
+        std::vector<wire::message> replies; // each written by its piece, before it arrives
         std::vector<std::uint32_t> piece_of_key;
-        std::size_t remaining = 0;
-        std::error_code error;
     };
-    auto g = std::make_shared<gather>();
+    auto g = std::make_shared<gather>(parts.pieces.size());
     g->whole = r;
     g->replies.resize(parts.pieces.size());
     g->piece_of_key = std::move(parts.piece_of_key);
-    g->remaining = parts.pieces.size();
     actions out;
     const bool ordered_push = r->message.header.kind == wire::message_kind::push &&
                               (r->message.header.flags & wire::flag_ordered) != 0;
@@ -560,17 +558,12 @@ PETREL_DECL resender::actions resender::send_divided(const route_table& where,
         }
         sub->deadline = r->deadline;
         sub->on_reply = [g, i](std::error_code ec, wire::message&& reply) {
-            std::unique_lock lock(g->mutex);
-            if (ec && !g->error) {
-                g->error = ec;
-            }
             g->replies[i] = std::move(reply);
-            if (--g->remaining != 0) {
+            if (!g->arrive(ec)) {
                 return;
             }
-            lock.unlock();
-            if (g->error) {
-                g->whole->settle(g->error, wire::message{});
+            if (const auto error = g->error()) {
+                g->whole->settle(error, wire::message{});
                 return;
             }
             auto first = std::move(g->replies.front());
