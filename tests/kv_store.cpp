@@ -13,6 +13,7 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
@@ -1803,5 +1804,67 @@ TEST_CASE("kv_store: a push to a server that does not answer is cancelled throug
     cancel.emit(asio::cancellation_type::terminal);
     REQUIRE(result.wait_for(10s) == std::future_status::ready);
     CHECK(result.get() == asio::error::operation_aborted);
+    server.close();
+}
+
+TEST_CASE("kv_store: a pull into the caller's memory that is cancelled leaves that memory "
+          "alone when its reply comes later",
+          "[kv_store]") {
+    io_threads io{1}; // one thread: the pull's reply is handled before the push's
+    /// The pull the server holds back, and the connection it came on.
+    struct held {
+        std::mutex mutex;
+        petrel::connection_ptr connection;
+        petrel::wire::message_header pull;
+    };
+    auto hold = std::make_shared<held>();
+    auto server = petrel::tcp_transport(io.executor());
+    petrel::connection_handlers h;
+    h.on_message = [hold](const petrel::connection_ptr& c, petrel::wire::message&& m) {
+        if (m.header.kind == petrel::wire::message_kind::pull) {
+            const std::lock_guard lock(hold->mutex);
+            hold->connection = c;
+            hold->pull = m.header;
+            return;
+        }
+        c->send(petrel::wire::make_reply(m.header, petrel::wire::message_kind::push_reply));
+    };
+    petrel::kv_store_options<key_t64> o;
+    o.servers = {server.listen("127.0.0.1:0", h)};
+    o.request_timeout = 20s;
+    petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()), o);
+    const std::vector<key_t64> keys{1, 2, 3};
+    std::vector<float> out(keys.size(), -1.0F);
+    asio::cancellation_signal cancel;
+    auto done = std::make_shared<std::promise<std::error_code>>(); // the handler may outlive it
+    kv.pull(keys, std::span<float>(out),
+            asio::bind_cancellation_slot(cancel.slot(),
+                                         [done](std::error_code ec) { done->set_value(ec); }));
+    auto held_connection = [&] {
+        const std::lock_guard lock(hold->mutex);
+        return hold->connection;
+    };
+    for (int i = 0; i < 1000 && !held_connection(); ++i) {
+        std::this_thread::sleep_for(10ms);
+    }
+    REQUIRE(held_connection());
+    asio::post(io.executor(), [&] { cancel.emit(asio::cancellation_type::terminal); });
+    auto result = done->get_future();
+    REQUIRE(result.wait_for(10s) == std::future_status::ready);
+    CHECK(result.get() == asio::error::operation_aborted);
+    // The server answers the cancelled pull now, then a push on the same connection.
+    const std::vector<float> sevens(keys.size(), 7.0F);
+    auto reply = [&] {
+        const std::lock_guard lock(hold->mutex);
+        return petrel::wire::make_reply(hold->pull, petrel::wire::message_kind::pull_reply);
+    }();
+    reply.set_segment(petrel::wire::values_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(sevens))));
+    held_connection()->send(std::move(reply));
+    auto push = kv.push(keys, xt::xtensor<float, 1>{1, 1, 1}, asio::use_future);
+    const auto pushed = ended_within(push, 10s);
+    REQUIRE(pushed);
+    CHECK(*pushed == std::error_code{});
+    CHECK(out == std::vector<float>(keys.size(), -1.0F));
     server.close();
 }
