@@ -1,0 +1,385 @@
+#include <petrel/client/detail/resender.hpp>
+
+#include "support/cluster.hpp"
+
+#include <petrel/cluster/ring.hpp>
+#include <petrel/consistency/worker_clock.hpp>
+#include <petrel/core/error.hpp>
+#include <petrel/core/key.hpp>
+#include <petrel/transport/tcp_transport.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using petrel::errc;
+using petrel::node_id;
+using petrel::test::io_threads;
+namespace wire = petrel::wire;
+namespace detail = petrel::detail;
+
+namespace {
+
+/// What a test server saw of one request.
+struct seen {
+    wire::message_kind kind{};
+    std::uint8_t flags = 0;
+    std::uint32_t receiver = 0;
+    std::uint64_t update_id = 0;
+    std::uint64_t clock = 0;
+    std::uint64_t view = 0;
+};
+
+/// A server that records each request, then drops the connection (`dropping`) or answers.
+class test_server {
+public:
+    test_server(io_threads& io, bool dropping) : transport_(io.executor()), dropping_(dropping) {
+        petrel::connection_handlers h;
+        h.on_message = [this](const petrel::connection_ptr& c, wire::message&& m) {
+            {
+                std::lock_guard lock(mutex_);
+                seen_.push_back({m.header.kind, m.header.flags, m.header.receiver,
+                                 m.header.update_id, m.header.clock, m.header.view});
+            }
+            if (dropping_.load()) {
+                c->close();
+                return;
+            }
+            const auto kind = m.header.kind == wire::message_kind::push
+                                  ? wire::message_kind::push_reply
+                                  : wire::message_kind::clock_reply;
+            c->send(wire::make_reply(m.header, kind));
+        };
+        h.on_close = [](const petrel::connection_ptr&, std::error_code) {};
+        address_ = transport_.listen("127.0.0.1:0", std::move(h));
+    }
+
+    [[nodiscard]] const std::string& address() const { return address_; }
+    void answer() { dropping_ = false; }
+    [[nodiscard]] std::vector<seen> requests() const {
+        std::lock_guard lock(mutex_);
+        return seen_;
+    }
+
+private:
+    petrel::tcp_transport transport_;
+    std::atomic<bool> dropping_;
+    std::string address_;
+    mutable std::mutex mutex_;
+    std::vector<seen> seen_;
+};
+
+/// Servers 1 and 2 of a job (`a` and `b`): the route table of a view in which `alive`
+/// servers are alive (the others failed) and the ring places keys on `owners`.
+struct job {
+    io_threads& io;
+    std::vector<std::shared_ptr<detail::request_link>> links;
+
+    job(io_threads& i, const std::vector<std::string>& addresses) : io(i) {
+        for (const auto& a : addresses) {
+            links.push_back(std::make_shared<detail::request_link>(
+                petrel::tcp_transport(io.executor()), a, 10s));
+        }
+    }
+    ~job() {
+        for (auto& l : links) {
+            l->close();
+        }
+    }
+    job(const job&) = delete;
+    job& operator=(const job&) = delete;
+
+    std::shared_ptr<const detail::route_table> view(std::uint64_t version,
+                                                    const std::vector<node_id>& servers,
+                                                    const std::vector<node_id>& alive,
+                                                    const std::vector<node_id>& owners) const {
+        petrel::membership_view v;
+        v.version = version;
+        for (const auto id : servers) {
+            const bool up = std::find(alive.begin(), alive.end(), id) != alive.end();
+            v.nodes.push_back({id,
+                               petrel::node_role::server,
+                               up ? petrel::node_state::alive : petrel::node_state::failed,
+                               "",
+                               0,
+                               id - 1,
+                               {},
+                               {}});
+        }
+        petrel::ring_options o;
+        o.partitions = 4;
+        v.ring = petrel::ring::balanced(o, owners);
+        auto t = std::make_shared<detail::route_table>();
+        t->view = std::make_shared<const petrel::membership_view>(std::move(v));
+        for (const auto id : servers) {
+            t->links.push_back(links.at(id - 1));
+            t->caches.push_back(nullptr);
+            t->servers.push_back(id);
+        }
+        for (std::uint32_t p = 0; p < o.partitions; ++p) {
+            const auto owner = t->view->ring.owners(p)[0];
+            t->partition_slot.push_back(static_cast<std::uint32_t>(
+                std::find(servers.begin(), servers.end(), owner) - servers.begin()));
+        }
+        return t;
+    }
+};
+
+std::shared_ptr<detail::resender> make_resender(io_threads& io, petrel::detail::policy_traits p,
+                                                std::shared_ptr<detail::worker_clock> clock = {}) {
+    auto pipe = std::make_shared<detail::send_pipeline>();
+    pipe->pool = std::make_shared<petrel::buffer_pool>();
+    pipe->request_timeout = 10s;
+    detail::resender_options o;
+    o.self = 9;
+    o.policy = p;
+    o.tick.header.kind = wire::message_kind::clock;
+    o.tick.header.range_begin = 0;
+    o.tick.header.range_end = petrel::key_space_end<std::uint64_t>;
+    o.log = petrel::logger{}; // quiet
+    return std::make_shared<detail::resender>(
+        io.executor(), std::move(pipe),
+        clock ? std::move(clock) : std::make_shared<detail::worker_clock>(), std::move(o));
+}
+
+/// A one-key push of key 5 with update id 77.
+wire::message push_of_key_5() {
+    wire::message m;
+    auto& h = m.header;
+    h.kind = wire::message_kind::push;
+    h.key_type = wire::scalar_type::u64;
+    h.value_type = wire::scalar_type::f32;
+    h.width = 1;
+    h.key_count = 1;
+    h.range_begin = 5;
+    h.range_end = 6;
+    h.update_id = 77;
+    h.view = 1;
+    const std::uint64_t key = 5;
+    const float value = 1.0F;
+    m.set_segment(wire::keys_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&key, 1))));
+    m.set_segment(wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&value, 1))));
+    return m;
+}
+
+/// Sends `m` to server `server` of `t` through `r`; the future says how it ended.
+std::future<std::error_code> send(detail::resender& r, const detail::route_table& t, node_id server,
+                                  wire::message m, std::chrono::milliseconds timeout = 10s) {
+    auto done = std::make_shared<std::promise<std::error_code>>();
+    auto f = done->get_future();
+    auto req = r.make(
+        server, std::move(m), [done](std::error_code ec, wire::message&&) { done->set_value(ec); },
+        std::chrono::steady_clock::now() + timeout);
+    r.send(t.links.at(server - 1), nullptr, std::move(req));
+    return f;
+}
+
+template <typename Predicate>
+bool eventually(Predicate p) {
+    for (int i = 0; i < 500; ++i) {
+        if (p()) {
+            return true;
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+    return p();
+}
+
+} // namespace
+
+TEST_CASE("resender: a request dropped by a server the view declares failed goes to the new "
+          "owner of its keys, marked resent, with its update id",
+          "[client][resender]") {
+    io_threads io(2);
+    test_server a(io, true);
+    test_server b(io, false);
+    job j(io, {a.address(), b.address()});
+    auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
+    r->install(j.view(1, {1, 2}, {1, 2}, {1}));
+    auto f = send(*r, *r->table(), 1, push_of_key_5());
+    REQUIRE(eventually([&] { return r->parked() == 1; }));
+    CHECK(f.wait_for(0ms) == std::future_status::timeout); // it waits for a view
+
+    r->install(j.view(2, {1, 2}, {2}, {2}));
+    r->review_all();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    CHECK_FALSE(f.get());
+    CHECK(r->parked() == 0);
+    const auto got = b.requests();
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].kind == wire::message_kind::push);
+    CHECK((got[0].flags & wire::flag_resent) != 0);
+    CHECK(got[0].receiver == 1);
+    CHECK(got[0].update_id == 77);
+    CHECK(got[0].view == 2);
+}
+
+TEST_CASE("resender: a tick dropped by a server the view declares failed needs no resend",
+          "[client][resender]") {
+    io_threads io(2);
+    test_server a(io, true);
+    test_server b(io, false);
+    job j(io, {a.address(), b.address()});
+    auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
+    r->install(j.view(1, {1, 2}, {1, 2}, {1, 2}));
+    wire::message tick;
+    tick.header.kind = wire::message_kind::clock;
+    tick.header.range_end = petrel::key_space_end<std::uint64_t>;
+    tick.header.clock = 3;
+    auto f = send(*r, *r->table(), 1, tick);
+    REQUIRE(eventually([&] { return r->parked() == 1; }));
+    r->install(j.view(2, {1, 2}, {2}, {2}));
+    r->review_all();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    CHECK_FALSE(f.get());
+    CHECK(b.requests().empty()); // server 2 gets its own ticks
+}
+
+TEST_CASE("resender: without a job a dropped request is tried once more, then fails with why "
+          "it was dropped",
+          "[client][resender]") {
+    io_threads io(2);
+    test_server a(io, true);
+    job j(io, {a.address()});
+    auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
+    r->install(j.view(1, {1}, {1}, {1}));
+    const auto start = std::chrono::steady_clock::now();
+    auto f = send(*r, *r->table(), 1, push_of_key_5());
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    CHECK(f.get() == errc::connection_closed);
+    CHECK(std::chrono::steady_clock::now() - start >= detail::resender::drop_grace);
+    CHECK(a.requests().size() == 2);
+    CHECK(r->parked() == 0);
+}
+
+TEST_CASE("resender: a parked request ends at its deadline, and all end when it closes",
+          "[client][resender]") {
+    io_threads io(2);
+    test_server a(io, true);
+    job j(io, {a.address()});
+    auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
+    r->install(j.view(1, {1}, {1}, {1}));
+    SECTION("the deadline, before the grace ends") {
+        auto f = send(*r, *r->table(), 1, push_of_key_5(), 100ms);
+        REQUIRE(f.wait_for(10s) == std::future_status::ready);
+        CHECK(f.get() == errc::connection_closed);
+        CHECK(a.requests().size() == 1);
+    }
+    SECTION("closing") {
+        auto f = send(*r, *r->table(), 1, push_of_key_5());
+        REQUIRE(eventually([&] { return r->parked() == 1; }));
+        r->close();
+        REQUIRE(f.wait_for(10s) == std::future_status::ready);
+        CHECK(f.get() == errc::shut_down);
+        // A later drop is not waited for.
+        auto g = send(*r, *r->table(), 1, push_of_key_5());
+        REQUIRE(g.wait_for(10s) == std::future_status::ready);
+        CHECK(g.get() == errc::connection_closed);
+    }
+}
+
+TEST_CASE("resender: a server that joins is told the newest tick, and an ordered client tells "
+          "every server when the ring changes",
+          "[client][resender]") {
+    io_threads io(2);
+    test_server a(io, false);
+    test_server b(io, false);
+    job j(io, {a.address(), b.address()});
+    auto clock = std::make_shared<detail::worker_clock>();
+    SECTION("eventual: only the new server, once") {
+        auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>, clock);
+        r->install(j.view(1, {1}, {1}, {1}));
+        const auto where = r->note_tick(5);
+        REQUIRE(where);
+        CHECK(clock->sent == 5);
+        r->review_all();
+        CHECK(a.requests().empty()); // server 1 hears every tick already
+        r->install(j.view(2, {1, 2}, {1, 2}, {1, 2}));
+        r->review_all();
+        r->review_all();
+        REQUIRE(eventually([&] { return b.requests().size() == 1; }));
+        const auto got = b.requests();
+        CHECK(got[0].kind == wire::message_kind::clock);
+        CHECK(got[0].clock == 5);
+        CHECK((got[0].flags & wire::flag_resent) == 0);
+        CHECK(got[0].view == 2);
+        std::this_thread::sleep_for(50ms);
+        CHECK(a.requests().empty());
+        CHECK(b.requests().size() == 1);
+    }
+    SECTION("sequential: every live server, marked, on each new ring") {
+        auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::sequential>, clock);
+        r->install(j.view(1, {1, 2}, {1, 2}, {1, 2}));
+        r->review_all(); // a new store announces it has no resends
+        REQUIRE(eventually([&] { return a.requests().size() == 1 && b.requests().size() == 1; }));
+        CHECK((a.requests()[0].flags & wire::flag_resent) != 0);
+        r->review_all(); // the same ring: nothing more
+        r->install(j.view(2, {1, 2}, {2}, {2}));
+        r->review_all(); // server 1 failed: only server 2
+        REQUIRE(eventually([&] { return b.requests().size() == 2; }));
+        CHECK((b.requests()[1].flags & wire::flag_resent) != 0);
+        std::this_thread::sleep_for(50ms);
+        CHECK(a.requests().size() == 1);
+    }
+}
+
+TEST_CASE("resender: divide cuts a request by the servers of its keys, refusing dead ones",
+          "[client][resender]") {
+    io_threads io(1);
+    job j(io, {"127.0.0.1:1", "127.0.0.1:2"});
+    // Key runs [0, 300): two servers hold them (4 partitions, stripes of 64 keys).
+    wire::message m;
+    auto& h = m.header;
+    h.kind = wire::message_kind::push;
+    h.key_type = wire::scalar_type::u32;
+    h.value_type = wire::scalar_type::f32;
+    h.width = 1;
+    h.key_count = 300;
+    h.flags = wire::flag_key_runs;
+    const std::vector<std::uint32_t> runs{0, 300};
+    std::vector<float> values(300);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        values[i] = static_cast<float>(i);
+    }
+    m.set_segment(wire::keys_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(runs))));
+    m.set_segment(wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    const auto t = j.view(3, {1, 2}, {1, 2}, {1, 2});
+    const auto d = detail::divide(*t, m);
+    REQUIRE(d.pieces.size() == 2);
+    REQUIRE(d.piece_of_key.size() == 300);
+    std::size_t keys = 0;
+    for (const auto& [slot, p] : d.pieces) {
+        CHECK((p.header.flags & wire::flag_key_runs) == 0); // a key list
+        CHECK(p.header.view == 3);
+        const auto ks = p.keys().as<std::uint32_t>();
+        const auto vs = p.values().as<float>();
+        REQUIRE(ks.size() == p.header.key_count);
+        REQUIRE(vs.size() == ks.size());
+        for (std::size_t i = 0; i < ks.size(); ++i) {
+            CHECK(t->view->ring.owner(ks[i]) == t->servers[slot]);
+            CHECK(vs[i] == static_cast<float>(ks[i])); // each key keeps its row
+            CHECK(d.piece_of_key[ks[i]] == (&p == &d.pieces[0].second ? 0U : 1U));
+        }
+        CHECK(p.header.range_begin == ks.front());
+        CHECK(p.header.range_end == ks.back() + 1U);
+        keys += ks.size();
+    }
+    CHECK(keys == 300);
+    // With server 2 failed (and still placed), nobody can take its keys.
+    CHECK(detail::divide(*j.view(4, {1, 2}, {1}, {1, 2}), m).pieces.empty());
+}
