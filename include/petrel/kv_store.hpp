@@ -1716,6 +1716,8 @@ private:
     std::shared_ptr<shared> shared_ = make_shared_owner();
     bool owns_transport_ = true;
     bool read_only_ = false; // a reader's store: pulls only
+    /// Guards closed_, links_, caches_ and filters_. Lock order: the view subscription's
+    /// `shared::mutex`, then this, then the resender's, then the worker clock's.
     mutable std::mutex mutex_;
     bool closed_ = false;
     std::map<node_id, std::shared_ptr<detail::request_link>> links_;
