@@ -5,6 +5,7 @@
 #include <petrel/client/detail/resender.hpp>
 #include <petrel/client/detail/router.hpp>
 #include <petrel/client/detail/send_pipeline.hpp>
+#include <petrel/client/detail/server_links.hpp>
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/ring.hpp>
 #include <petrel/cluster/view.hpp>
@@ -206,8 +207,8 @@ public:
             ids.push_back(id);
         }
         v.ring = ring::balanced(opts_.ring, ids); // throws on bad ring options
-        resender_ = make_resender();
-        settle(adopt(std::make_shared<const membership_view>(std::move(v))));
+        make_parts();
+        links_->adopt(std::make_shared<const membership_view>(std::move(v)));
     }
 
     /// A store of a worker in a job: the job's view says where keys live, and every new
@@ -234,29 +235,20 @@ public:
         if (auto v = worker.view(); !v || v->ring.empty()) {
             throw std::invalid_argument("petrel::kv_store: the worker has no view of its job");
         }
-        resender_ = make_resender();
+        make_parts();
         // Subscribe first, so that no view between the read below and the subscription
         // is missed (adopt ignores views that are not newer).
-        std::weak_ptr<shared> weak = shared_;
+        std::weak_ptr<detail::server_links> links = links_;
         std::weak_ptr<detail::resender> resends = resender_;
-        subscription_ = member_->subscribe([weak, resends](const member::view_ptr& nv) {
-            auto s = weak.lock();
-            if (!s) {
-                return;
+        subscription_ = member_->subscribe([links, resends](const member::view_ptr& nv) {
+            if (auto l = links.lock()) {
+                l->adopt(nv);
             }
-            adoption a;
-            {
-                std::lock_guard lock(s->mutex);
-                if (s->owner) {
-                    a = s->owner->adopt(nv);
-                }
-            }
-            settle(a);
             if (auto r = resends.lock()) {
                 r->review_all(); // requests dropped by a server that failed go elsewhere
             }
         });
-        settle(adopt(worker.view())); // servers failed before this store existed fail at once
+        links_->adopt(worker.view()); // servers failed before this store existed fail at once
         if constexpr (Consistency::ordered) {
             resender_->review_all(); // servers that took keys over learn this store has no
                                      // resends
@@ -270,10 +262,6 @@ public:
     ~kv_store() {
         if (member_) {
             member_->unsubscribe(subscription_);
-        }
-        {
-            std::lock_guard lock(shared_->mutex);
-            shared_->owner = nullptr;
         }
         close();
     }
@@ -658,17 +646,7 @@ public:
     /// Completes every waiting operation with `errc::shut_down` and closes the
     /// connections; later operations fail the same way. Idempotent.
     void close() {
-        std::vector<std::shared_ptr<detail::request_link>> links;
-        {
-            std::lock_guard lock(mutex_);
-            closed_ = true;
-            for (auto& [id, l] : links_) {
-                links.push_back(l);
-            }
-        }
-        for (auto& l : links) {
-            l->close();
-        }
+        links_->close();
         resender_->close();
         if (owns_transport_) {
             transport_.close(); // a worker's transport is shared by its other stores
@@ -713,8 +691,6 @@ private:
 
     /// Where keys go under one view: a link per server and each partition's server.
     using placement = detail::route_table;
-
-    struct shared;
 
     /// Ends a wait at a deadline unless something else ends it first: `decide()` is true
     /// for exactly one caller, the timer's handler or the other party.
@@ -822,12 +798,6 @@ private:
         return filters_;
     }
 
-    /// What a view subscription may reach after the store is gone: nothing.
-    struct shared {
-        std::mutex mutex;
-        kv_store* owner = nullptr;
-    };
-
     /// Takes the width from the table's declaration (when the options leave it 0), and
     /// refuses a width or types that contradict it. @throws std::invalid_argument
     void adopt_declaration(const std::optional<declared_table>& d) {
@@ -865,65 +835,6 @@ private:
         }
     }
 
-    /// What a new view changes outside the store's lock: links of servers that failed
-    /// (closed with `errc::node_failed`) and what to log about them.
-    struct adoption {
-        std::vector<std::shared_ptr<detail::request_link>> failed;
-        std::vector<std::string> notes;
-        logger log;
-    };
-
-    /// Switches to view `v` (if newer); the caller settles the result once no lock is held.
-    adoption adopt(std::shared_ptr<const membership_view> v) {
-        adoption a;
-        a.log = log_;
-        auto& failed = a.failed;
-        auto p = std::make_shared<placement>();
-        p->view = v;
-        std::lock_guard lock(mutex_);
-        if (const auto now = resender_->table(); now && now->view->version >= v->version) {
-            return a;
-        }
-        std::map<node_id, std::uint32_t> slot_of;
-        for (const auto* n : v->of_role(node_role::server)) {
-            auto& link = links_[n->id];
-            if (!link) {
-                // A server whose address keeps refusing connections is treated as failed.
-                link = std::make_shared<detail::request_link>(
-                    transport_, n->address, opts_.request_timeout,
-                    detail::request_link_options{.unreachable_after =
-                                                     detail::default_unreachable_after});
-                if (closed_) {
-                    failed.push_back(link); // closed with node_failed: the store is closed anyway
-                }
-            }
-            if (n->state == node_state::failed && !link->closed()) {
-                a.notes.push_back("petrel worker " + std::to_string(opts_.node_id) + ": " +
-                                  n->describe() + " failed: " + n->failure +
-                                  (v->ring.holds(n->id)
-                                       ? "; its requests fail with node_failed"
-                                       : "; its requests go to the servers that took over "
-                                         "its keys"));
-                failed.push_back(link);
-            }
-            slot_of[n->id] = static_cast<std::uint32_t>(p->links.size());
-            p->links.push_back(link);
-            auto& cache = caches_[n->id];
-            if (!cache && opts_.key_caching) {
-                cache = std::make_shared<wire::key_cache_sender>(opts_.key_cache_bytes);
-            }
-            p->caches.push_back(cache);
-            p->servers.push_back(n->id);
-        }
-        const auto& r = v->ring;
-        p->partition_slot.resize(r.options().partitions);
-        for (std::uint32_t i = 0; i < r.options().partitions; ++i) {
-            p->partition_slot[i] = slot_of.at(r.owners(i)[0]);
-        }
-        resender_->install(std::move(p));
-        return a;
-    }
-
     /// Logs a slice's lost connection, timeout, or unreachable server (its link gave up
     /// connecting) naming its server (the error code says nothing about which it was).
     auto failure_report(const slice& s) const {
@@ -944,17 +855,6 @@ private:
                     (unreachable ? "its address refuses connections or does not answer"
                                  : ec.message()));
         };
-    }
-
-    static void settle(const adoption& a) {
-        for (const auto& note : a.notes) {
-            if (a.log) {
-                a.log(log_level::error, note);
-            }
-        }
-        for (const auto& l : a.failed) {
-            l->close(make_error_code(errc::node_failed));
-        }
     }
 
     /// Refuses keys outside the table's declared dense range; logs what is wrong with a
@@ -1713,20 +1613,17 @@ private:
     bool declared_width_ = false;
     std::shared_ptr<member> member_;
     std::size_t subscription_ = 0;
-    std::shared_ptr<shared> shared_ = make_shared_owner();
     bool owns_transport_ = true;
     bool read_only_ = false; // a reader's store: pulls only
-    /// Guards closed_, links_, caches_ and filters_. Lock order: the view subscription's
-    /// `shared::mutex`, then this, then the resender's, then the worker clock's.
+    /// Guards filters_. A leaf lock: nothing else is locked under it.
     mutable std::mutex mutex_;
-    bool closed_ = false;
-    std::map<node_id, std::shared_ptr<detail::request_link>> links_;
-    std::map<node_id, std::shared_ptr<wire::key_cache_sender>> caches_;
     std::vector<std::shared_ptr<wire::push_filter<Key, Value>>> filters_;
     std::shared_ptr<detail::send_pipeline> pipe_ = make_pipeline();
     std::atomic<std::uint64_t> next_update_{first_update_id()};
     std::shared_ptr<detail::worker_clock> clock_ = std::make_shared<detail::worker_clock>();
-    std::shared_ptr<detail::resender> resender_; // made once the options are final
+    // Made once the options are final (make_parts).
+    std::shared_ptr<detail::resender> resender_;
+    std::shared_ptr<detail::server_links> links_;
 
     std::shared_ptr<detail::send_pipeline> make_pipeline() {
         auto p = std::make_shared<detail::send_pipeline>();
@@ -1736,7 +1633,7 @@ private:
         return p;
     }
 
-    std::shared_ptr<detail::resender> make_resender() {
+    void make_parts() {
         detail::resender_options o;
         o.self = opts_.node_id;
         o.policy = detail::policy_traits_of<Consistency>;
@@ -1744,8 +1641,13 @@ private:
         o.tick = tick_request(0, 0);
         o.membership = member_;
         o.log = log_;
-        return std::make_shared<detail::resender>(transport_.get_executor(), pipe_, clock_,
-                                                  std::move(o));
+        resender_ = std::make_shared<detail::resender>(transport_.get_executor(), pipe_, clock_,
+                                                       std::move(o));
+        links_ = std::make_shared<detail::server_links>(
+            transport_,
+            detail::server_links_options{opts_.node_id, opts_.request_timeout, opts_.key_caching,
+                                         opts_.key_cache_bytes},
+            log_, resender_);
     }
 
     /// A random start for this store's update ids, so that stores never share one.
@@ -1754,12 +1656,6 @@ private:
         const std::uint64_t hi = rd();
         const std::uint64_t lo = rd();
         return ((hi << 32) | lo) | 1; // never 0 (no id)
-    }
-
-    std::shared_ptr<shared> make_shared_owner() {
-        auto s = std::make_shared<shared>();
-        s->owner = this;
-        return s;
     }
 };
 
