@@ -6,6 +6,7 @@
 #include <petrel/client/detail/router.hpp>
 #include <petrel/client/detail/send_pipeline.hpp>
 #include <petrel/client/detail/server_links.hpp>
+#include <petrel/client/detail/worker_gate.hpp>
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/ring.hpp>
 #include <petrel/cluster/view.hpp>
@@ -456,10 +457,7 @@ public:
 
     /// This worker's clock on the table: the iterations it has completed (`clock()`
     /// calls, counted over every store of this worker and table).
-    [[nodiscard]] clock_type current_clock() const {
-        std::lock_guard lock(clock_->mutex);
-        return clock_->current;
-    }
+    [[nodiscard]] clock_type current_clock() const { return gate_->current(); }
 
     /// Ends this worker's iteration: advances its clock and tells every server once the
     /// iteration's pushes have completed. Returns at once; the task completes when every
@@ -467,75 +465,7 @@ public:
     /// within the request timeout (the tick still goes once the pushes before it have
     /// settled). Under `sequential` and `bounded_delay`, the reads of the other workers
     /// wait for these ticks.
-    task<void> clock() {
-        const auto deadline = std::chrono::steady_clock::now() + pipe_->request_timeout;
-        auto [tick, done] = make_task<void>(transport_.get_executor());
-        if (read_only_) {
-            done.complete(make_error_code(errc::read_only));
-            return tick;
-        }
-        std::vector<task<void>> deps;
-        clock_type n = 0;
-        clock_type base = 0; // the adopted job clock `n` counts from
-        bool first = false;
-        {
-            std::lock_guard lock(clock_->mutex);
-            n = ++clock_->current;
-            base = clock_->base;
-            first = !clock_->started.exchange(true, std::memory_order_acq_rel);
-            deps = std::move(clock_->pushes);
-            clock_->pushes.clear();
-            if (clock_->last_tick.valid()) {
-                // Follow the last tick once it has completed, successfully or not: a
-                // tick carries an absolute count, so one lost tick (a timeout, a failed
-                // server) does not stop the clock for good.
-                auto [settled, settle] = make_task<void>();
-                clock_->last_tick.on_complete(
-                    [settle = std::move(settle)](std::error_code) { settle.complete({}); });
-                deps.push_back(std::move(settled));
-            }
-            clock_->last_tick = tick;
-            // Reads at this clock and later depend on tick required_clock(n) or newer.
-            clock_->ticks.erase(clock_->ticks.begin(),
-                                clock_->ticks.lower_bound(required_clock<Consistency>(n)));
-            if constexpr (Consistency::waits) {
-                clock_->ticks.emplace(n, tick);
-            }
-        }
-        if (first) {
-            // Nothing told this worker its clock yet: a worker that joined the running
-            // job learns the job's from the servers before its first tick (see
-            // `worker_clock::adopt_first_tick`). A failed question changes nothing.
-            auto [asked, settle] = make_task<void>();
-            resender_
-                ->broadcast(current_placement(), tick_request(0, 0),
-                            [clk = clock_, worker = opts_.worker](const wire::message& m) {
-                                clk->adopt_first_tick(worker, m.header.clocks);
-                            })
-                .on_complete(
-                    [settle = std::move(settle)](std::error_code) { settle.complete({}); });
-            deps.push_back(std::move(asked));
-        }
-        auto request = tick_request(n, 0);
-        after(when_all(std::move(deps)), [resends = resender_, where = current_placement(),
-                                          clk = clock_, counted = n - base,
-                                          request = std::move(request)]() mutable {
-            {
-                std::lock_guard lock(clk->mutex); // counted before or after an adopted start
-                request.header.clock = counted + clk->base;
-            }
-            // The servers of the view at the time of sending: one that joined since the
-            // call was told of the clocks sent before it (`sync_ticks`), and gets this one.
-            if (auto now = resends->note_tick(request.header.clock)) {
-                where = std::move(now);
-            }
-            request.header.view = where ? where->view->version : 0;
-            return resends->broadcast(where, std::move(request));
-        }).on_complete([done = std::move(done)](std::error_code ec) mutable { done.complete(ec); });
-        // The ticks follow each other (and the reads wait) by `tick` itself; the caller
-        // waits no longer than its deadline.
-        return by_deadline(std::move(tick), deadline);
-    }
+    task<void> clock() { return gate_->clock(); }
 
     /// As `clock()`, completing with the servers' acknowledgement through any token.
     /// Completion signature: `void(std::error_code)`.
@@ -576,14 +506,7 @@ public:
     /// call it when a worker stops early. Completion signature: `void(std::error_code)`.
     template <typename CompletionToken>
     auto finish(CompletionToken&& token) {
-        if (read_only_) {
-            auto [t, done] = make_task<void>(transport_.get_executor());
-            done.complete(make_error_code(errc::read_only));
-            return t.async_wait(std::forward<CompletionToken>(token));
-        }
-        auto request = tick_request(0, wire::flag_finish);
-        return resender_->broadcast(current_placement(), std::move(request))
-            .async_wait(std::forward<CompletionToken>(token));
+        return gate_->finish().async_wait(std::forward<CompletionToken>(token));
     }
 
     /// Runs the remote function `name` on every server that owns keys of `range`, over
@@ -691,57 +614,6 @@ private:
 
     /// Where keys go under one view: a link per server and each partition's server.
     using placement = detail::route_table;
-
-    /// Ends a wait at a deadline unless something else ends it first: `decide()` is true
-    /// for exactly one caller, the timer's handler or the other party.
-    struct deadline_race {
-        explicit deadline_race(const asio::any_io_executor& ex) : timer(ex) {}
-
-        /// Calls `expired()` at `deadline` unless `decide()` was called before.
-        template <typename Expired>
-        static void arm(const std::shared_ptr<deadline_race>& race,
-                        std::chrono::steady_clock::time_point deadline, Expired expired) {
-            std::lock_guard lock(race->mutex);
-            race->timer.expires_at(deadline);
-            race->timer.async_wait([weak = std::weak_ptr<deadline_race>(race),
-                                    expired = std::move(expired)](std::error_code) mutable {
-                if (auto r = weak.lock(); r && r->decide()) {
-                    expired();
-                }
-            });
-        }
-
-        /// Whether the caller came first (the other party then does nothing).
-        bool decide() noexcept { return !decided.exchange(true, std::memory_order_acq_rel); }
-
-        /// Stops the timer (after the other party won).
-        void cancel() {
-            std::lock_guard lock(mutex);
-            timer.cancel();
-        }
-
-        std::mutex mutex; // guards the timer
-        asio::steady_timer timer;
-        std::atomic<bool> decided{false};
-    };
-
-    /// `t`, or `errc::timed_out` at `deadline` when `t` has not completed by then.
-    task<void> by_deadline(task<void> t, std::chrono::steady_clock::time_point deadline) const {
-        if (t.ready()) {
-            return t;
-        }
-        auto [out, done] = make_task<void>(transport_.get_executor());
-        auto race = std::make_shared<deadline_race>(transport_.get_executor());
-        deadline_race::arm(race, deadline,
-                           [expire = done] { expire.complete(make_error_code(errc::timed_out)); });
-        t.on_complete([race, finish = std::move(done)](std::error_code ec) {
-            if (race->decide()) {
-                race->cancel();
-                finish.complete(ec);
-            }
-        });
-        return out;
-    }
 
     /// Runs the store's filters on a push (before it is split), and counts its payload
     /// before and after them.
@@ -1174,50 +1046,6 @@ private:
 
     std::shared_ptr<const placement> current_placement() const { return resender_->table(); }
 
-    /// A clock message for every server: `n` completed clocks on every key.
-    wire::message tick_request(clock_type n, std::uint8_t flags) const {
-        wire::message m = blank_request(wire::message_kind::clock);
-        auto& h = m.header;
-        h.flags = flags;
-        h.range_begin = 0;
-        h.range_end = key_space_end<std::uint64_t>;
-        h.clock = n;
-        return m;
-    }
-
-    /// The clock of the calling worker now, and the read requirement that goes with it.
-    /// Also returns the worker's own tick that a read at this clock waits for (invalid when
-    /// there is none to wait for).
-    std::pair<clock_type, task<void>> read_gate() const {
-        if (read_only_) {
-            return {0, {}}; // a reader waits for nobody: it reads the newest completed clock
-        }
-        std::lock_guard lock(clock_->mutex);
-        const clock_type r = required_clock<Consistency>(clock_->current);
-        task<void> own;
-        if (r > 0) {
-            if (auto it = clock_->ticks.find(r); it != clock_->ticks.end() && !it->second.ready()) {
-                own = it->second;
-            } else if (it != clock_->ticks.end() && it->second.error()) {
-                own = it->second; // failed: the read fails with it
-            }
-        }
-        return {r, std::move(own)};
-    }
-
-    /// Registers a push of the current clock; returns its clock and what to complete when
-    /// the push is done (the next tick waits for it).
-    std::pair<clock_type, task_completer<void>> register_push() {
-        auto [settled, settle] = make_task<void>();
-        std::lock_guard lock(clock_->mutex);
-        if constexpr (Consistency::waits) {
-            // Settled pushes need no waiting: keep the list short when clock() is rare.
-            std::erase_if(clock_->pushes, [](const task<void>& p) { return p.ready(); });
-            clock_->pushes.push_back(std::move(settled));
-        }
-        return {clock_->current, std::move(settle)};
-    }
-
     template <typename Handler>
     void start_push(Handler handler, prepared p) {
         auto slot = asio::get_associated_cancellation_slot(handler);
@@ -1235,7 +1063,7 @@ private:
             std::move(done).post(std::error_code{});
             return;
         }
-        auto [t, settle] = register_push();
+        auto [t, settle] = gate_->register_push();
         struct push_state : detail::fan_in_with<decltype(done)> {
             using detail::fan_in_with<decltype(done)>::fan_in_with;
             task_completer<void> settle;
@@ -1273,65 +1101,6 @@ private:
             }
             resender_->send(s.link, s.cache, std::move(r));
         }
-    }
-
-    /// A request ready to go, with what to do with its reply.
-    struct outgoing {
-        std::shared_ptr<detail::request_link> link;
-        std::shared_ptr<wire::key_cache_sender> cache;
-        wire::message message;
-        detail::reply_callback on_reply;
-        node_id server = no_node; // resent elsewhere if it fails; sent once when no_node
-    };
-
-    /// Sends `requests` now, or once the worker's own tick `own` has completed; if that
-    /// tick failed, sends nothing and calls `fail` with its error. The requests are due by
-    /// `deadline` (the call's): if the tick has not completed by then, nothing is sent and
-    /// `fail` gets `errc::timed_out`.
-    template <typename Fail>
-    void send_when_gate_open(task<void> own, std::vector<outgoing> requests, Fail fail,
-                             std::chrono::steady_clock::time_point deadline) const {
-        auto send = [pipe = pipe_, resends = resender_, deadline](std::vector<outgoing>& rs) {
-            for (auto& r : rs) {
-                if (r.server == no_node) {
-                    detail::send_request(pipe, r.link, r.cache, std::move(r.message),
-                                         std::move(r.on_reply), deadline);
-                } else {
-                    resends->send(r.link, r.cache,
-                                  resends->make(r.server, std::move(r.message),
-                                                std::move(r.on_reply), deadline));
-                }
-            }
-        };
-        if (!own.valid()) {
-            send(requests);
-            return;
-        }
-        if (own.ready()) {
-            if (auto ec = own.error()) {
-                fail(ec);
-            } else {
-                send(requests);
-            }
-            return;
-        }
-        auto held = std::make_shared<std::vector<outgoing>>(std::move(requests));
-        auto race = std::make_shared<deadline_race>(transport_.get_executor());
-        deadline_race::arm(race, deadline, [held, fail] {
-            held->clear(); // (their callbacks hold the operation's state)
-            fail(make_error_code(errc::timed_out));
-        });
-        own.on_complete([held, send, race, fail = std::move(fail)](std::error_code ec) {
-            if (!race->decide()) {
-                return; // the deadline came first
-            }
-            race->cancel();
-            if (ec) {
-                fail(ec);
-            } else {
-                send(*held);
-            }
-        });
     }
 
     template <typename Handler>
@@ -1391,8 +1160,8 @@ private:
         }
         bool one = !Into && slices.size() == 1; // not const: captured in both forms
         auto* target = Into ? reinterpret_cast<std::byte*>(into) : nullptr;
-        auto [required, own] = read_gate();
-        std::vector<outgoing> requests;
+        auto [required, own] = gate_->read_gate();
+        std::vector<detail::outgoing> requests;
         for (auto& s : slices) {
             auto request = make_request(wire::message_kind::pull, s);
             request.header.clock = required;
@@ -1453,7 +1222,7 @@ private:
                  },
                  s.server});
         }
-        send_when_gate_open(
+        gate_->send_when_open(
             std::move(own), std::move(requests),
             [join, complete](std::error_code ec) {
                 if (auto d = join->take()) {
@@ -1466,7 +1235,7 @@ private:
     template <typename Handler>
     void start_save(Handler handler, std::string dir) {
         detail::completion done(std::move(handler), transport_.get_executor());
-        const clock_type cut = read_gate().first;
+        const clock_type cut = gate_->read_gate().first;
         auto finish = [done = std::move(done), dir, cut, table = opts_.table_id,
                        width = opts_.width, log = log_, self = opts_.node_id](
                           std::error_code ec, std::vector<detail::saved_shard> shards) mutable {
@@ -1549,8 +1318,8 @@ private:
         auto join = std::make_shared<call_state>(std::move(done), slots.size());
         join->out.resize(slots.size());
         detail::abort_on_cancel(slot, join, results{});
-        auto [required, own] = read_gate();
-        std::vector<outgoing> requests;
+        auto [required, own] = gate_->read_gate();
+        std::vector<detail::outgoing> requests;
         for (std::size_t i = 0; i < slots.size(); ++i) {
             wire::message m = blank_request(wire::message_kind::call);
             auto& h = m.header;
@@ -1594,7 +1363,7 @@ private:
             };
             requests.push_back({where->links[slots[i]], nullptr, std::move(m), std::move(cb)});
         }
-        send_when_gate_open(
+        gate_->send_when_open(
             std::move(own), std::move(requests),
             [join](std::error_code ec) {
                 if (auto d = join->take()) {
@@ -1624,6 +1393,7 @@ private:
     // Made once the options are final (make_parts).
     std::shared_ptr<detail::resender> resender_;
     std::shared_ptr<detail::server_links> links_;
+    std::shared_ptr<detail::worker_gate> gate_;
 
     std::shared_ptr<detail::send_pipeline> make_pipeline() {
         auto p = std::make_shared<detail::send_pipeline>();
@@ -1638,11 +1408,17 @@ private:
         o.self = opts_.node_id;
         o.policy = detail::policy_traits_of<Consistency>;
         o.read_only = read_only_;
-        o.tick = tick_request(0, 0);
+        o.tick = blank_request(wire::message_kind::clock);
+        o.tick.header.range_begin = 0;
+        o.tick.header.range_end = key_space_end<std::uint64_t>;
         o.membership = member_;
         o.log = log_;
+        detail::worker_gate_options g{o.policy, read_only_, opts_.worker, o.tick,
+                                      opts_.request_timeout};
         resender_ = std::make_shared<detail::resender>(transport_.get_executor(), pipe_, clock_,
                                                        std::move(o));
+        gate_ = std::make_shared<detail::worker_gate>(transport_.get_executor(), clock_, resender_,
+                                                      pipe_, std::move(g));
         links_ = std::make_shared<detail::server_links>(
             transport_,
             detail::server_links_options{opts_.node_id, opts_.request_timeout, opts_.key_caching,

@@ -1,6 +1,8 @@
 #include <petrel/client/detail/resender.hpp>
 
 #include "support/cluster.hpp"
+#include "support/recording_server.hpp"
+#include "support/route_tables.hpp"
 
 #include <petrel/cluster/ring.hpp>
 #include <petrel/consistency/worker_clock.hpp>
@@ -26,115 +28,12 @@ using namespace std::chrono_literals;
 using petrel::errc;
 using petrel::node_id;
 using petrel::test::io_threads;
+using petrel::test::job;
+using petrel::test::recording_server;
 namespace wire = petrel::wire;
 namespace detail = petrel::detail;
 
 namespace {
-
-/// What a test server saw of one request.
-struct seen {
-    wire::message_kind kind{};
-    std::uint8_t flags = 0;
-    std::uint32_t receiver = 0;
-    std::uint64_t update_id = 0;
-    std::uint64_t clock = 0;
-    std::uint64_t view = 0;
-};
-
-/// A server that records each request, then drops the connection (`dropping`) or answers.
-class test_server {
-public:
-    test_server(io_threads& io, bool dropping) : transport_(io.executor()), dropping_(dropping) {
-        petrel::connection_handlers h;
-        h.on_message = [this](const petrel::connection_ptr& c, wire::message&& m) {
-            {
-                std::lock_guard lock(mutex_);
-                seen_.push_back({m.header.kind, m.header.flags, m.header.receiver,
-                                 m.header.update_id, m.header.clock, m.header.view});
-            }
-            if (dropping_.load()) {
-                c->close();
-                return;
-            }
-            const auto kind = m.header.kind == wire::message_kind::push
-                                  ? wire::message_kind::push_reply
-                                  : wire::message_kind::clock_reply;
-            c->send(wire::make_reply(m.header, kind));
-        };
-        h.on_close = [](const petrel::connection_ptr&, std::error_code) {};
-        address_ = transport_.listen("127.0.0.1:0", std::move(h));
-    }
-
-    [[nodiscard]] const std::string& address() const { return address_; }
-    void answer() { dropping_ = false; }
-    [[nodiscard]] std::vector<seen> requests() const {
-        std::lock_guard lock(mutex_);
-        return seen_;
-    }
-
-private:
-    petrel::tcp_transport transport_;
-    std::atomic<bool> dropping_;
-    std::string address_;
-    mutable std::mutex mutex_;
-    std::vector<seen> seen_;
-};
-
-/// Servers 1 and 2 of a job (`a` and `b`): the route table of a view in which `alive`
-/// servers are alive (the others failed) and the ring places keys on `owners`.
-struct job {
-    io_threads& io;
-    std::vector<std::shared_ptr<detail::request_link>> links;
-
-    job(io_threads& i, const std::vector<std::string>& addresses) : io(i) {
-        for (const auto& a : addresses) {
-            links.push_back(std::make_shared<detail::request_link>(
-                petrel::tcp_transport(io.executor()), a, 10s));
-        }
-    }
-    ~job() {
-        for (auto& l : links) {
-            l->close();
-        }
-    }
-    job(const job&) = delete;
-    job& operator=(const job&) = delete;
-
-    std::shared_ptr<const detail::route_table> view(std::uint64_t version,
-                                                    const std::vector<node_id>& servers,
-                                                    const std::vector<node_id>& alive,
-                                                    const std::vector<node_id>& owners) const {
-        petrel::membership_view v;
-        v.version = version;
-        for (const auto id : servers) {
-            const bool up = std::find(alive.begin(), alive.end(), id) != alive.end();
-            v.nodes.push_back({id,
-                               petrel::node_role::server,
-                               up ? petrel::node_state::alive : petrel::node_state::failed,
-                               "",
-                               0,
-                               id - 1,
-                               {},
-                               {}});
-        }
-        petrel::ring_options o;
-        o.partitions = 4;
-        v.ring = petrel::ring::balanced(o, owners);
-        auto t = std::make_shared<detail::route_table>();
-        t->view = std::make_shared<const petrel::membership_view>(std::move(v));
-        for (const auto id : servers) {
-            t->links.push_back(links.at(id - 1));
-            t->caches.push_back(nullptr);
-            t->servers.push_back(id);
-        }
-        for (std::uint32_t p = 0; p < o.partitions; ++p) {
-            const auto owner = t->view->ring.owners(p)[0];
-            t->partition_slot.push_back(static_cast<std::uint32_t>(
-                std::find(servers.begin(), servers.end(), owner) - servers.begin()));
-        }
-        return t;
-    }
-};
 
 std::shared_ptr<detail::resender> make_resender(io_threads& io, petrel::detail::policy_traits p,
                                                 std::shared_ptr<detail::worker_clock> clock = {}) {
@@ -144,9 +43,7 @@ std::shared_ptr<detail::resender> make_resender(io_threads& io, petrel::detail::
     detail::resender_options o;
     o.self = 9;
     o.policy = p;
-    o.tick.header.kind = wire::message_kind::clock;
-    o.tick.header.range_begin = 0;
-    o.tick.header.range_end = petrel::key_space_end<std::uint64_t>;
+    o.tick = petrel::test::tick_template();
     o.log = petrel::logger{}; // quiet
     return std::make_shared<detail::resender>(
         io.executor(), std::move(pipe),
@@ -204,8 +101,8 @@ TEST_CASE("resender: a request dropped by a server the view declares failed goes
           "owner of its keys, marked resent, with its update id",
           "[client][resender]") {
     io_threads io(2);
-    test_server a(io, true);
-    test_server b(io, false);
+    recording_server a(io, true);
+    recording_server b(io, false);
     job j(io, {a.address(), b.address()});
     auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
     r->install(j.view(1, {1, 2}, {1, 2}, {1}));
@@ -230,8 +127,8 @@ TEST_CASE("resender: a request dropped by a server the view declares failed goes
 TEST_CASE("resender: a tick dropped by a server the view declares failed needs no resend",
           "[client][resender]") {
     io_threads io(2);
-    test_server a(io, true);
-    test_server b(io, false);
+    recording_server a(io, true);
+    recording_server b(io, false);
     job j(io, {a.address(), b.address()});
     auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
     r->install(j.view(1, {1, 2}, {1, 2}, {1, 2}));
@@ -252,7 +149,7 @@ TEST_CASE("resender: without a job a dropped request is tried once more, then fa
           "it was dropped",
           "[client][resender]") {
     io_threads io(2);
-    test_server a(io, true);
+    recording_server a(io, true);
     job j(io, {a.address()});
     auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
     r->install(j.view(1, {1}, {1}, {1}));
@@ -268,7 +165,7 @@ TEST_CASE("resender: without a job a dropped request is tried once more, then fa
 TEST_CASE("resender: a parked request ends at its deadline, and all end when it closes",
           "[client][resender]") {
     io_threads io(2);
-    test_server a(io, true);
+    recording_server a(io, true);
     job j(io, {a.address()});
     auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
     r->install(j.view(1, {1}, {1}, {1}));
@@ -295,8 +192,8 @@ TEST_CASE("resender: a server that joins is told the newest tick, and an ordered
           "every server when the ring changes",
           "[client][resender]") {
     io_threads io(2);
-    test_server a(io, false);
-    test_server b(io, false);
+    recording_server a(io, false);
+    recording_server b(io, false);
     job j(io, {a.address(), b.address()});
     auto clock = std::make_shared<detail::worker_clock>();
     SECTION("eventual: only the new server, once") {

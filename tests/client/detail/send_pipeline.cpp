@@ -1,6 +1,7 @@
 #include <petrel/client/detail/send_pipeline.hpp>
 
 #include "support/cluster.hpp"
+#include "support/recording_server.hpp"
 
 #include <petrel/core/error.hpp>
 #include <petrel/transport/tcp_transport.hpp>
@@ -21,63 +22,10 @@
 using namespace std::chrono_literals;
 using petrel::errc;
 using petrel::test::io_threads;
+using petrel::test::recording_server;
 namespace wire = petrel::wire;
 
 namespace {
-
-/// What a test server saw of one request, after its connection decoded it.
-struct seen {
-    std::uint8_t flags = 0;
-    std::uint8_t encoding = 0;
-    std::size_t key_bytes = 0;
-};
-
-/// A server that records each request and answers it: with `errc::key_cache_miss` for a
-/// key list reference its connection could not resolve, otherwise with an empty reply.
-class recording_server {
-public:
-    explicit recording_server(io_threads& io, std::size_t key_cache_bytes)
-        : transport_(io.executor(), options(key_cache_bytes)) {
-        petrel::connection_handlers h;
-        h.on_message = [this](const petrel::connection_ptr& c, wire::message&& m) {
-            {
-                std::lock_guard lock(mutex_);
-                seen_.push_back({m.header.flags, m.header.encoding, m.keys().size()});
-            }
-            auto r = wire::make_reply(m.header, m.header.kind == wire::message_kind::pull
-                                                    ? wire::message_kind::pull_reply
-                                                    : wire::message_kind::push_reply);
-            if ((m.header.encoding & wire::encoding_keys_cached) != 0) {
-                r.header.status = static_cast<std::uint32_t>(errc::key_cache_miss);
-            } else if (m.header.kind == wire::message_kind::pull) {
-                const std::vector<std::byte> rows(m.header.key_count * m.header.width *
-                                                  wire::size_of(m.header.value_type));
-                r.set_segment(wire::values_segment, petrel::shared_bytes::copy_of(rows));
-            }
-            c->send(std::move(r));
-        };
-        h.on_close = [](const petrel::connection_ptr&, std::error_code) {};
-        address_ = transport_.listen("127.0.0.1:0", std::move(h));
-    }
-
-    [[nodiscard]] const std::string& address() const { return address_; }
-    [[nodiscard]] std::vector<seen> requests() const {
-        std::lock_guard lock(mutex_);
-        return seen_;
-    }
-
-private:
-    static petrel::transport_options options(std::size_t key_cache_bytes) {
-        petrel::transport_options o;
-        o.limits.max_key_cache_bytes = key_cache_bytes;
-        return o;
-    }
-
-    petrel::tcp_transport transport_;
-    std::string address_;
-    mutable std::mutex mutex_;
-    std::vector<seen> seen_;
-};
 
 /// A push of `n` u64 keys (one float each) from key `first`.
 wire::message push_of(std::size_t n, std::uint64_t first = 0) {
@@ -134,7 +82,7 @@ struct client {
 TEST_CASE("send_pipeline: a key list sent again goes as a reference the server resolves",
           "[client][send_pipeline]") {
     io_threads io(2);
-    recording_server server(io, std::size_t{1} << 20);
+    recording_server server(io);
     client c(io, server.address(), true);
     const auto m = push_of(100);
     CHECK_FALSE(c.send(m));
@@ -159,7 +107,7 @@ TEST_CASE("send_pipeline: a key list sent again goes as a reference the server r
 TEST_CASE("send_pipeline: a reference the server does not hold is sent once more with its keys",
           "[client][send_pipeline]") {
     io_threads io(2);
-    recording_server server(io, 0); // keeps no key list
+    recording_server server(io, false, 0); // keeps no key list
     client c(io, server.address(), true);
     const auto m = push_of(100);
     CHECK_FALSE(c.send(m));
@@ -181,7 +129,7 @@ TEST_CASE("send_pipeline: a reference the server does not hold is sent once more
 TEST_CASE("send_pipeline: short key lists, key runs and stores without a cache send their keys",
           "[client][send_pipeline]") {
     io_threads io(2);
-    recording_server server(io, std::size_t{1} << 20);
+    recording_server server(io);
     SECTION("a list under 64 bytes") {
         client c(io, server.address(), true);
         const auto m = push_of(7);
@@ -219,7 +167,7 @@ TEST_CASE("send_pipeline: short key lists, key runs and stores without a cache s
 TEST_CASE("send_pipeline: with compression on, a pull asks for a compressed reply",
           "[client][send_pipeline]") {
     io_threads io(2);
-    recording_server server(io, std::size_t{1} << 20);
+    recording_server server(io);
     client c(io, server.address(), false);
     c.pipe->compression.mode = wire::compression_mode::always;
     auto m = push_of(100);
