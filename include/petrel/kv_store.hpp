@@ -1,6 +1,7 @@
 // Petrel: the worker-side handle to a table of parameters.
 #pragma once
 
+#include <petrel/client/detail/checkpoint_save.hpp>
 #include <petrel/client/detail/fan_in.hpp>
 #include <petrel/client/detail/resender.hpp>
 #include <petrel/client/detail/router.hpp>
@@ -21,8 +22,6 @@
 #include <petrel/core/kv_pairs.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/fwd.hpp>
-#include <petrel/server/checkpoint.hpp>
-#include <petrel/server/detail/checkpoint_call.hpp>
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
@@ -1235,56 +1234,20 @@ private:
     template <typename Handler>
     void start_save(Handler handler, std::string dir) {
         detail::completion done(std::move(handler), transport_.get_executor());
-        const clock_type cut = gate_->read_gate().first;
-        auto finish = [done = std::move(done), dir, cut, table = opts_.table_id,
-                       width = opts_.width, log = log_, self = opts_.node_id](
-                          std::error_code ec, std::vector<detail::saved_shard> shards) mutable {
-            if (!ec) {
-                try {
-                    write_manifest(dir, cut, table, width, shards);
-                } catch (const std::exception& e) {
-                    if (log) {
-                        log(log_level::error, "petrel worker " + std::to_string(self) +
-                                                  ": checkpoint failed: " + e.what());
-                    }
-                    ec = errc::checkpoint_failed;
-                }
-            }
-            std::move(done).dispatch(ec);
+        detail::save_target target{dir,
+                                   gate_->read_gate().first,
+                                   opts_.table_id,
+                                   wire::scalar_type_of<Key>,
+                                   wire::scalar_type_of<Value>,
+                                   opts_.width,
+                                   opts_.node_id,
+                                   log_};
+        auto finish = [done = std::move(done), target = std::move(target)](
+                          std::error_code ec, std::vector<detail::raw_result> answers) mutable {
+            std::move(done).dispatch(ec ? ec : detail::finish_save(target, answers));
         };
-        call<detail::saved_shard>(detail::checkpoint_call, key_range<Key>{0, key_space_end<Key>},
-                                  dir, std::move(finish));
-    }
-
-    static void write_manifest(const std::string& dir, clock_type cut, std::uint32_t table,
-                               std::size_t width, std::vector<detail::saved_shard>& shards) {
-        if (shards.empty()) {
-            throw std::runtime_error("no server answered");
-        }
-        std::sort(shards.begin(), shards.end(),
-                  [](const auto& a, const auto& b) { return a.shard.server < b.shard.server; });
-        checkpoint_manifest m;
-        m.table_id = table;
-        m.key_type = wire::scalar_type_of<Key>;
-        m.value_type = wire::scalar_type_of<Value>;
-        m.width = static_cast<std::uint32_t>(width);
-        m.state_width = shards.front().state_width;
-        m.updater = shards.front().updater;
-        m.dense = shards.front().dense;
-        m.dense_begin = shards.front().dense_begin;
-        m.dense_end = shards.front().dense_end;
-        m.clock = cut;
-        m.clock_limit = cut;
-        for (const auto& s : shards) {
-            m.clock_limit = std::max(m.clock_limit, s.clock_limit);
-            if (s.state_width != m.state_width || s.updater != m.updater || s.dense != m.dense) {
-                throw std::runtime_error("the servers hold table " + std::to_string(table) +
-                                         " with different update rules ('" + m.updater + "' and '" +
-                                         s.updater + "')");
-            }
-            m.shards.push_back(s.shard);
-        }
-        detail::write_manifest(detail::table_dir(dir, table), m);
+        call<detail::raw_result>(detail::checkpoint_call, key_range<Key>{0, key_space_end<Key>},
+                                 dir, std::move(finish));
     }
 
     /// A remote function call checked and encoded before the call returns.

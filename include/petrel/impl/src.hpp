@@ -8,6 +8,7 @@
 #error Define PETREL_SEPARATE_COMPILATION to compile <petrel/impl/src.hpp>
 #endif
 
+#include <petrel/client/impl/checkpoint_save.ipp>
 #include <petrel/client/impl/resender.ipp>
 #include <petrel/client/impl/router.ipp>
 #include <petrel/client/impl/send_pipeline.ipp>

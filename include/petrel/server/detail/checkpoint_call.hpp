@@ -2,15 +2,13 @@
 #pragma once
 
 #include <petrel/server/checkpoint.hpp>
+#include <petrel/wire/remote_call.hpp>
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace petrel::detail {
-
-/// The name of the built-in call; names starting "petrel." are the server's own.
-inline constexpr std::string_view checkpoint_call = "petrel.checkpoint";
 
 /// A server's answer to the checkpoint call: its shard, and what the manifest records of
 /// the table's shape.
