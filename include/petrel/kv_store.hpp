@@ -7,6 +7,7 @@
 #include <petrel/client/detail/router.hpp>
 #include <petrel/client/detail/send_pipeline.hpp>
 #include <petrel/client/detail/server_links.hpp>
+#include <petrel/client/detail/slices.hpp>
 #include <petrel/client/detail/worker_gate.hpp>
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/ring.hpp>
@@ -594,22 +595,7 @@ private:
         std::string why;
     };
 
-    /// Consecutive keys [first, first + count) of a request.
-    using run = detail::key_run;
-
-    /// The piece of a request for one server: its runs of keys, and the keys (and for a
-    /// push the values) gathered in that order.
-    struct slice {
-        std::shared_ptr<detail::request_link> link;
-        std::shared_ptr<wire::key_cache_sender> cache; // null without key caching
-        node_id server = no_node;
-        std::shared_ptr<const membership_view> view; // names the server in failure reports
-        std::vector<run> runs;
-        std::size_t count = 0;
-        shared_bytes keys; // the keys, or (key_runs) pairs [begin, end) of key runs
-        shared_bytes values;
-        bool key_runs = false;
-    };
+    using slice = detail::slice;
 
     /// Where keys go under one view: a link per server and each partition's server.
     using placement = detail::route_table;
@@ -706,26 +692,8 @@ private:
         }
     }
 
-    /// Logs a slice's lost connection, timeout, or unreachable server (its link gave up
-    /// connecting) naming its server (the error code says nothing about which it was).
-    auto failure_report(const slice& s) const {
-        return [log = log_, self = opts_.node_id, server = s.server, view = s.view,
-                link = std::weak_ptr<detail::request_link>(s.link)](std::error_code ec) {
-            const bool lost = ec == errc::connection_closed || ec == errc::timed_out ||
-                              (ec && ec.category() != error_category());
-            // node_failed from a link that gave up connecting (not from the view).
-            const auto l = ec == errc::node_failed ? link.lock() : nullptr;
-            const bool unreachable = l && !l->closed() && l->first_unreachable_report();
-            if ((!lost && !unreachable) || !log) {
-                return; // refusals name themselves; node_failed was logged with the view
-            }
-            const auto* n = view->find(server);
-            log(log_level::error,
-                "petrel worker " + std::to_string(self) + ": a request to " +
-                    (n ? n->describe() : "server " + std::to_string(server)) + " failed: " +
-                    (unreachable ? "its address refuses connections or does not answer"
-                                 : ec.message()));
-        };
+    detail::failure_report failure_report(const slice& s) const {
+        return detail::failure_report::of(s, log_, opts_.node_id);
     }
 
     /// Refuses keys outside the table's declared dense range; logs what is wrong with a
@@ -927,87 +895,19 @@ private:
         return {};
     }
 
-    /// Splits the sorted keys by owning server, in runs of consecutive keys with the
-    /// same owner. A server with one run gets views of the request's own buffers; one
-    /// with several gets its runs gathered into a new buffer. Fails with
-    /// `errc::frame_too_large` when a slice's push or pull reply would exceed the frame
-    /// limit the peers enforce (our own limit).
+    /// The slices of `p` by owning server (see `detail::cut_slices`).
     std::error_code split(const prepared& p, bool with_values, std::vector<slice>& slices) const {
-        const auto where = current_placement();
-        auto routed = detail::route(
-            *where, p.range ? detail::key_source::range(p.range->begin, p.range->end)
-                            : detail::key_source::list(p.keys.span(), wire::scalar_type_of<Key>));
-        auto& runs = routed.runs;
-        const auto& counts = routed.counts;
-        const std::uint64_t max_frame = transport_.options().limits.max_frame_bytes;
-        const std::size_t row = opts_.width * sizeof(Value);
-        for (std::size_t s = 0; s < runs.size(); ++s) {
-            if (runs[s].empty()) {
-                continue;
-            }
-            const std::size_t n = counts[s];
-            if (wire::padded(n * sizeof(Key)) + wire::padded(n * row) > max_frame) {
-                return errc::frame_too_large;
-            }
-            slice sl;
-            sl.link = where->links[s];
-            sl.cache = where->caches[s];
-            sl.server = where->servers[s];
-            sl.view = where->view;
-            sl.count = n;
-            if (p.range) {
-                // The keys as pairs [begin, end) of runs; the values as for a key list.
-                sl.key_runs = true;
-                pooled_buffer kb = transport_.pool()->acquire(2 * runs[s].size() * sizeof(Key));
-                Key* k = kb.template as<Key>();
-                for (const auto& ru : runs[s]) {
-                    *k++ = static_cast<Key>(p.range->begin + ru.first);
-                    *k++ = static_cast<Key>(p.range->begin + ru.first + ru.count);
-                }
-                sl.keys = kb.share();
-                if (with_values && runs[s].size() == 1) {
-                    sl.values = p.values.subspan(runs[s][0].first * row, n * row);
-                } else if (with_values) {
-                    pooled_buffer vb = transport_.pool()->acquire(n * row);
-                    std::size_t at = 0;
-                    for (const auto& ru : runs[s]) {
-                        std::memcpy(vb.data() + at * row, p.values.data() + ru.first * row,
-                                    ru.count * row);
-                        at += ru.count;
-                    }
-                    sl.values = vb.share();
-                }
-            } else if (runs[s].size() == 1) {
-                const auto first = runs[s][0].first;
-                sl.keys = p.keys.subspan(first * sizeof(Key), n * sizeof(Key));
-                if (with_values) {
-                    sl.values = p.values.subspan(first * row, n * row);
-                }
-            } else {
-                pooled_buffer kb = transport_.pool()->acquire(n * sizeof(Key));
-                pooled_buffer vb;
-                if (with_values) {
-                    vb = transport_.pool()->acquire(n * row);
-                }
-                std::size_t at = 0;
-                for (const auto& ru : runs[s]) {
-                    std::memcpy(kb.data() + at * sizeof(Key),
-                                p.keys.data() + ru.first * sizeof(Key), ru.count * sizeof(Key));
-                    if (with_values) {
-                        std::memcpy(vb.data() + at * row, p.values.data() + ru.first * row,
-                                    ru.count * row);
-                    }
-                    at += ru.count;
-                }
-                sl.keys = kb.share();
-                if (with_values) {
-                    sl.values = vb.share();
-                }
-            }
-            sl.runs = std::move(runs[s]);
-            slices.push_back(std::move(sl));
+        detail::slice_source in{p.keys,
+                                p.values,
+                                std::nullopt,
+                                p.count,
+                                wire::scalar_type_of<Key>,
+                                opts_.width * sizeof(Value)};
+        if (p.range) {
+            in.range = key_range<std::uint64_t>{p.range->begin, p.range->end};
         }
-        return {};
+        return detail::cut_slices(*current_placement(), in, with_values, *transport_.pool(),
+                                  transport_.options().limits.max_frame_bytes, slices);
     }
 
     /// A request of this store's table, worker and types, without range or payload.
@@ -1025,22 +925,7 @@ private:
     }
 
     wire::message make_request(wire::message_kind kind, const slice& s) const {
-        wire::message m = blank_request(kind);
-        auto& h = m.header;
-        const auto keys = s.keys.template as<Key>();
-        h.range_begin = keys.front();
-        // Keys < key_space_end; a run's end is at most key_space_end.
-        h.range_end = static_cast<std::uint64_t>(keys.back()) + (s.key_runs ? 0 : 1);
-        h.key_count = s.count;
-        h.view = s.view ? s.view->version : 0; // a server not placed so in its view refuses
-        if (s.key_runs) {
-            h.flags |= wire::flag_key_runs;
-        }
-        m.set_segment(wire::keys_segment, s.keys);
-        if (kind == wire::message_kind::push) {
-            m.set_segment(wire::values_segment, s.values);
-        }
-        return m;
+        return detail::make_request(blank_request(kind), s);
     }
 
     std::shared_ptr<const placement> current_placement() const { return resender_->table(); }

@@ -13,6 +13,7 @@
 #include <petrel/client/impl/router.ipp>
 #include <petrel/client/impl/send_pipeline.ipp>
 #include <petrel/client/impl/server_links.ipp>
+#include <petrel/client/impl/slices.ipp>
 #include <petrel/client/impl/worker_gate.ipp>
 #include <petrel/cluster/impl/manager_node.ipp>
 #include <petrel/cluster/impl/member.ipp>
