@@ -671,28 +671,22 @@ enum class completion {
     future,   ///< `asio::use_future`, one future per push
 };
 
-const char* completion_suffix(completion how) {
-    switch (how) {
-    case completion::callback:
-        return "";
-    case completion::task:
-        return "_task";
-    case completion::future:
-        return "_future";
-    }
-    return "";
-}
+/// A completion style's case name suffix and its name in the JSON line.
+struct completion_label {
+    const char* suffix;
+    const char* name;
+};
 
-const char* completion_name(completion how) {
+completion_label label_of(completion how) {
     switch (how) {
-    case completion::callback:
-        return "callback";
     case completion::task:
-        return "use_task";
+        return {"_task", "use_task"};
     case completion::future:
-        return "use_future";
+        return {"_future", "use_future"};
+    case completion::callback:
+        break;
     }
-    return "";
+    return {"", "callback"};
 }
 
 /// How long a benchmark waits for pushes it started before it gives up loudly.
@@ -862,8 +856,8 @@ void small_requests_case(const settings& st, std::size_t in_flight, completion h
     const double per_request_serial = serial.median() / static_cast<double>(in_flight);
     const double rate = 1e6 / per_request_concurrent;
     petrel_bench::json_line line;
-    line.add("case", "small_push_1key_x" + std::to_string(in_flight) + completion_suffix(how))
-        .add("completion", completion_name(how))
+    line.add("case", "small_push_1key_x" + std::to_string(in_flight) + label_of(how).suffix)
+        .add("completion", label_of(how).name)
         .add("in_flight", in_flight)
         .add("median_us", concurrent.median())
         .add("p99_us", concurrent.p99())
@@ -1367,7 +1361,7 @@ void efficiency_cases(const settings& st, const std::function<bool(const std::st
     sparse_cases(st, wanted);
     const std::array small_styles{completion::callback, completion::task, completion::future};
     auto small_name = [](std::size_t k, completion how) {
-        return "small_push_1key_x" + std::to_string(k) + completion_suffix(how);
+        return "small_push_1key_x" + std::to_string(k) + label_of(how).suffix;
     };
     bool small = false;
     bool pipelined = false;

@@ -2,6 +2,7 @@
 
 #include "support/cluster.hpp"
 #include "support/recording_server.hpp"
+#include "support/requests.hpp"
 #include "support/route_tables.hpp"
 
 #include <petrel/cluster/ring.hpp>
@@ -52,23 +53,9 @@ std::shared_ptr<detail::resender> make_resender(io_threads& io, petrel::detail::
 
 /// A one-key push of key 5 with update id 77.
 wire::message push_of_key_5() {
-    wire::message m;
-    auto& h = m.header;
-    h.kind = wire::message_kind::push;
-    h.key_type = wire::scalar_type::u64;
-    h.value_type = wire::scalar_type::f32;
-    h.width = 1;
-    h.key_count = 1;
-    h.range_begin = 5;
-    h.range_end = 6;
-    h.update_id = 77;
-    h.view = 1;
-    const std::uint64_t key = 5;
-    const float value = 1.0F;
-    m.set_segment(wire::keys_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&key, 1))));
-    m.set_segment(wire::values_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&value, 1))));
+    auto m = petrel::test::push_request(std::vector<std::uint64_t>{5}, {1.0F});
+    m.header.update_id = 77;
+    m.header.view = 1;
     return m;
 }
 
@@ -238,23 +225,11 @@ TEST_CASE("resender: divide cuts a request by the servers of its keys, refusing 
     io_threads io(1);
     job j(io, {"127.0.0.1:1", "127.0.0.1:2"});
     // Key runs [0, 300): two servers hold them (4 partitions, stripes of 64 keys).
-    wire::message m;
-    auto& h = m.header;
-    h.kind = wire::message_kind::push;
-    h.key_type = wire::scalar_type::u32;
-    h.value_type = wire::scalar_type::f32;
-    h.width = 1;
-    h.key_count = 300;
-    h.flags = wire::flag_key_runs;
-    const std::vector<std::uint32_t> runs{0, 300};
     std::vector<float> values(300);
     for (std::size_t i = 0; i < values.size(); ++i) {
         values[i] = static_cast<float>(i);
     }
-    m.set_segment(wire::keys_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(runs))));
-    m.set_segment(wire::values_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    const auto m = petrel::test::push_request(std::vector<std::uint32_t>{0, 300}, values, true);
     const auto t = j.view(3, {1, 2}, {1, 2}, {1, 2});
     const auto d = detail::divide(*t, m);
     REQUIRE(d.pieces.size() == 2);

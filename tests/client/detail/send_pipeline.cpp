@@ -2,6 +2,7 @@
 
 #include "support/cluster.hpp"
 #include "support/recording_server.hpp"
+#include "support/requests.hpp"
 
 #include <petrel/core/error.hpp>
 #include <petrel/transport/tcp_transport.hpp>
@@ -31,21 +32,7 @@ namespace {
 wire::message push_of(std::size_t n, std::uint64_t first = 0) {
     std::vector<std::uint64_t> keys(n);
     std::iota(keys.begin(), keys.end(), first);
-    const std::vector<float> values(n, 1.5F);
-    wire::message m;
-    auto& h = m.header;
-    h.kind = wire::message_kind::push;
-    h.key_type = wire::scalar_type::u64;
-    h.value_type = wire::scalar_type::f32;
-    h.width = 1;
-    h.key_count = n;
-    h.range_begin = first;
-    h.range_end = first + n;
-    m.set_segment(wire::keys_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
-    m.set_segment(wire::values_segment,
-                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
-    return m;
+    return petrel::test::push_request(keys, std::vector<float>(n, 1.5F));
 }
 
 struct client {
@@ -140,16 +127,8 @@ TEST_CASE("send_pipeline: short key lists, key runs and stores without a cache s
     }
     SECTION("key runs") {
         client c(io, server.address(), true);
-        auto m = push_of(16);
         const std::vector<std::uint64_t> runs{0, 16, 100, 102, 200, 202, 300, 302, 400, 402};
-        m.header.flags |= wire::flag_key_runs;
-        m.set_segment(wire::keys_segment,
-                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(runs))));
-        m.header.key_count = 24;
-        m.header.range_end = 402;
-        const std::vector<float> values(24, 1.0F);
-        m.set_segment(wire::values_segment,
-                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        const auto m = petrel::test::push_request(runs, std::vector<float>(24, 1.0F), true);
         CHECK_FALSE(c.send(m));
         CHECK_FALSE(c.send(m));
         CHECK(c.pipe->counters.load().key_cache_hits == 0);
