@@ -97,7 +97,8 @@ void race(std::size_t n, Body body) {
 
 } // namespace
 
-TEST_CASE("fan_in completes once, on the last of its arrivals from several threads", "[client]") {
+TEST_CASE("fan_in: completes once, on the last of its arrivals from several threads",
+          "[client][fan_in]") {
     constexpr std::size_t threads = 4;
     constexpr std::size_t per_thread = 8;
     constexpr int rounds = 300;
@@ -131,7 +132,7 @@ TEST_CASE("fan_in completes once, on the last of its arrivals from several threa
     }
 }
 
-TEST_CASE("fan_in keeps the first error in time, not the first part's", "[client]") {
+TEST_CASE("fan_in: keeps the first error in time, not the first part's", "[client][fan_in]") {
     auto r = std::make_shared<record>();
     probe_fan_in f(probe{r}, 4);
     arrive_and_complete(f, {});
@@ -143,7 +144,8 @@ TEST_CASE("fan_in keeps the first error in time, not the first part's", "[client
     CHECK(r->last() == errc::node_failed);
 }
 
-TEST_CASE("fan_in does not complete at an early error: it waits for the last arrival", "[client]") {
+TEST_CASE("fan_in: does not complete at an early error: it waits for the last arrival",
+          "[client][fan_in]") {
     auto r = std::make_shared<record>();
     probe_fan_in f(probe{r}, 3);
     arrive_and_complete(f, make_error_code(errc::timed_out));
@@ -157,7 +159,7 @@ TEST_CASE("fan_in does not complete at an early error: it waits for the last arr
     CHECK(r->last() == errc::timed_out);
 }
 
-TEST_CASE("fan_in keeps the error that arrived first when parts race", "[client]") {
+TEST_CASE("fan_in: keeps the error that arrived first when parts race", "[client][fan_in]") {
     // Each thread fails with its own error; the one recorded is the first whose arrive
     // ran, which the test learns by serialising the arrivals in a random order.
     constexpr std::size_t parts = 6;
@@ -178,7 +180,7 @@ TEST_CASE("fan_in keeps the error that arrived first when parts race", "[client]
     }
 }
 
-TEST_CASE("fan_in cancelled before any arrival completes once, aborted", "[client]") {
+TEST_CASE("fan_in: cancelled before any arrival completes once, aborted", "[client][fan_in]") {
     auto r = std::make_shared<record>();
     probe_fan_in f(probe{r}, 3);
     f.abort();
@@ -199,7 +201,7 @@ TEST_CASE("fan_in cancelled before any arrival completes once, aborted", "[clien
     CHECK(r->last() == aborted);
 }
 
-TEST_CASE("fan_in cancelled after it completed does nothing", "[client]") {
+TEST_CASE("fan_in: cancelled after it completed does nothing", "[client][fan_in]") {
     auto r = std::make_shared<record>();
     probe_fan_in f(probe{r}, 2);
     arrive_and_complete(f, make_error_code(errc::node_failed));
@@ -211,8 +213,8 @@ TEST_CASE("fan_in cancelled after it completed does nothing", "[client]") {
     CHECK_FALSE(f.cancelled());
 }
 
-TEST_CASE("fan_in cancelled between the last arrival and its completion completes aborted",
-          "[client]") {
+TEST_CASE("fan_in: cancelled between the last arrival and its completion completes aborted",
+          "[client][fan_in]") {
     auto r = std::make_shared<record>();
     probe_fan_in f(probe{r}, 2);
     CHECK_FALSE(f.arrive({}));
@@ -223,9 +225,9 @@ TEST_CASE("fan_in cancelled between the last arrival and its completion complete
     CHECK(r->last() == aborted);
 }
 
-TEST_CASE("fan_in cancelled during the arrivals completes once, and nothing is written to "
+TEST_CASE("fan_in: cancelled during the arrivals completes once, and nothing is written to "
           "the caller's memory after it",
-          "[client]") {
+          "[client][fan_in]") {
     constexpr std::size_t parts = 8;
     int aborted_rounds = 0;
     int completed_rounds = 0;
@@ -274,8 +276,8 @@ TEST_CASE("fan_in cancelled during the arrivals completes once, and nothing is w
     CHECK(aborted_rounds + completed_rounds == 400);
 }
 
-TEST_CASE("fan_in if_live runs under the lock only while the completion is not handed out",
-          "[client]") {
+TEST_CASE("fan_in: if_live runs under the lock only while the completion is not handed out",
+          "[client][fan_in]") {
     fan_in f(2);
     int n = 0;
     CHECK(f.if_live([&] { ++n; }));
@@ -289,8 +291,8 @@ TEST_CASE("fan_in if_live runs under the lock only while the completion is not h
     CHECK_FALSE(f.cancelled());
 }
 
-TEST_CASE("fan_in refuses zero expected arrivals, and ignores arrivals beyond those expected",
-          "[client]") {
+TEST_CASE("fan_in: refuses zero expected arrivals, and ignores arrivals beyond those expected",
+          "[client][fan_in]") {
     CHECK_THROWS_AS(fan_in(0), std::invalid_argument);
     fan_in f(1);
     CHECK(f.arrive({}));
@@ -299,7 +301,8 @@ TEST_CASE("fan_in refuses zero expected arrivals, and ignores arrivals beyond th
     CHECK(f.error() == std::error_code{});
 }
 
-TEST_CASE("abort_on_cancel completes with operation_aborted and the empty results", "[client]") {
+TEST_CASE("fan_in: abort_on_cancel completes with operation_aborted and the empty results",
+          "[client][fan_in]") {
     auto r = std::make_shared<record>();
     auto f = std::make_shared<probe_fan_in>(probe{r}, 2);
     asio::cancellation_signal signal;
@@ -316,7 +319,8 @@ TEST_CASE("abort_on_cancel completes with operation_aborted and the empty result
     CHECK(r->calls == 1);
 }
 
-TEST_CASE("abort_on_cancel holds the state weakly and ignores a slot not connected", "[client]") {
+TEST_CASE("fan_in: abort_on_cancel holds the state weakly and ignores a slot not connected",
+          "[client][fan_in]") {
     auto r = std::make_shared<record>();
     asio::cancellation_signal signal;
     std::weak_ptr<probe_fan_in> weak;
@@ -331,7 +335,8 @@ TEST_CASE("abort_on_cancel holds the state weakly and ignores a slot not connect
     CHECK(r->calls == 0);
 }
 
-TEST_CASE("fan_in_with hands a detail::completion out to run on its executor", "[client]") {
+TEST_CASE("fan_in: fan_in_with hands a detail::completion out to run on its executor",
+          "[client][fan_in]") {
     using handler = std::function<void(std::error_code)>;
     using completion = petrel::detail::completion<handler, asio::io_context::executor_type>;
     asio::io_context io;
