@@ -8,7 +8,6 @@
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
-#include <asio/dispatch.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
 #include <asio/redirect_error.hpp>
@@ -21,6 +20,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -57,15 +57,39 @@ public:
         asio::co_spawn(socket_.get_executor(), write_loop(shared_from_this()), asio::detached);
     }
 
+    /// From the connection's own read loop (a reply decided while it hands over what it
+    /// read), `m` joins the send queue at once and leaves with the other replies of that
+    /// read in one gathered write. From anywhere else it goes to the inbox, and the first
+    /// message of an empty inbox posts one handler that moves everything that arrived by
+    /// then to the send queue and writes it, so that messages sent in a burst share
+    /// system calls and a hop to the strand.
     void send(wire::message m) override {
-        outgoing o;
-        o.msg = std::move(m);
-        wire::encode_head(o.msg, o.head);
-        o.bytes = o.head.size() + wire::framed_payload_bytes(o.msg.header);
-        asio::dispatch(socket_.get_executor(),
-                       [self = shared_from_this(), o = std::move(o)]() mutable {
-                           self->enqueue(std::move(o));
-                       });
+        if (!open_.load(std::memory_order_relaxed)) {
+            return; // closed: dropped, as on the strand
+        }
+        outgoing o = prepare(std::move(m));
+        if (reading_ == this) {
+            take_inbox();
+            enqueue(std::move(o));
+            return;
+        }
+        bool post = false;
+        {
+            std::lock_guard lock(inbox_mutex_);
+            inbox_.push_back(std::move(o));
+            post = !inbox_posted_;
+            inbox_posted_ = true;
+        }
+        if (post) {
+            asio::post(socket_.get_executor(), [self = shared_from_this()] {
+                {
+                    std::lock_guard lock(self->inbox_mutex_);
+                    self->inbox_posted_ = false;
+                }
+                self->take_inbox();
+                self->flush();
+            });
+        }
     }
 
     void close() override {
@@ -79,39 +103,83 @@ public:
 private:
     struct outgoing {
         wire::message msg;
-        std::vector<std::byte> head;
-        std::size_t bytes = 0; // head and padded segments
+        std::vector<std::byte> head; // the prefix and header (a small frame: all of it)
+        std::size_t bytes = 0;       // head and padded segments
     };
 
-    /// On the strand. When the write loop is idle, tries to write at once without
-    /// blocking (most small messages leave here in one system call, without waking the
-    /// loop); what the socket does not take is left to the write loop.
+    /// Frames whose padded payload is at most this many bytes travel as one buffer: their
+    /// segments are copied after the header, so that a gathered write (at most 64
+    /// buffers in Asio) takes many of them at once.
+    static constexpr std::size_t inline_payload_bytes = 512;
+
+    /// Encodes the head of `m`, on the sender's thread.
+    static outgoing prepare(wire::message&& m) {
+        outgoing o;
+        o.msg = std::move(m);
+        wire::encode_head(o.msg, o.head);
+        const std::size_t payload = wire::framed_payload_bytes(o.msg.header);
+        o.bytes = o.head.size() + payload;
+        if (payload > 0 && payload <= inline_payload_bytes) {
+            o.head.reserve(o.bytes);
+            for (auto& seg : o.msg.segments) {
+                if (!seg.empty()) {
+                    const auto* p = seg.data();
+                    o.head.insert(o.head.end(), p, p + seg.size());
+                    o.head.resize(o.head.size() + (wire::padded(seg.size()) - seg.size()));
+                    seg = shared_bytes{};
+                }
+            }
+        }
+        return o;
+    }
+
+    /// On the strand: moves the messages of the inbox to the send queue, in order.
+    void take_inbox() {
+        {
+            std::lock_guard lock(inbox_mutex_);
+            if (inbox_.empty()) {
+                return;
+            }
+            taken_.swap(inbox_);
+        }
+        for (auto& o : taken_) {
+            enqueue(std::move(o));
+        }
+        taken_.clear();
+    }
+
+    /// On the strand: queues `o` (dropped once the connection is closed).
     void enqueue(outgoing&& o) {
         if (closed_) {
             return;
         }
         queued_bytes_ += o.bytes;
         queue_.push_back(std::move(o));
-        if (writing_) {
-            return; // the write loop picks it up after the current write
+    }
+
+    /// On the strand. When the write loop is idle, writes what is queued at once without
+    /// blocking (most bursts of small messages leave here in a few system calls, without
+    /// waking the loop); what the socket does not take is left to the write loop.
+    void flush() {
+        if (closed_ || writing_ || queue_.empty()) {
+            return;
         }
-        if (queue_.size() == 1) {
-            std::vector<asio::const_buffer> buffers;
-            gather(buffers);
-            std::error_code ec;
-            const std::size_t n = socket_.write_some(buffers, ec);
+        std::error_code ec;
+        std::size_t n = 0;
+        do {
+            gather(buffers_);
+            n = socket_.write_some(buffers_, ec);
             if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-                // Not finish() here: that would run completions inside the caller's send().
+                // Not finish() here: that would run completions inside a sender's call.
                 // The write loop meets the same error and ends the connection.
                 wake_.cancel_one();
                 return;
             }
             consume(ec ? 0 : n);
-            if (queue_.empty()) {
-                return;
-            }
+        } while (!ec && n > 0 && !queue_.empty());
+        if (!queue_.empty()) {
+            wake_.cancel_one();
         }
-        wake_.cancel_one();
     }
 
     /// The buffers of the queued messages (several, when they have piled up), starting
@@ -163,6 +231,15 @@ private:
         }
     }
 
+    /// Marks the strand's thread as handing over what this connection read.
+    struct reading_scope {
+        explicit reading_scope(tcp_connection* c) noexcept : previous(reading_) { reading_ = c; }
+        ~reading_scope() { reading_ = previous; }
+        reading_scope(const reading_scope&) = delete;
+        reading_scope& operator=(const reading_scope&) = delete;
+        tcp_connection* previous;
+    };
+
     asio::awaitable<void> read_loop(std::shared_ptr<tcp_connection> self) {
         const connection_ptr as_connection = self;
         for (;;) {
@@ -186,6 +263,9 @@ private:
             }
             std::error_code err;
             try {
+                // Replies sent by the handlers meanwhile queue up (see send()) and leave
+                // together once every complete frame of this read was handled.
+                const reading_scope scope(this);
                 err = decoder_.consume(n, [&](wire::message&& m) {
                     if (!closed_ && handlers_.on_message) {
                         handlers_.on_message(as_connection, std::move(m));
@@ -206,6 +286,7 @@ private:
                 finish(errc::handler_failed);
                 co_return;
             }
+            flush();
             if (err) {
                 if (log_) {
                     log_(log_level::warning, "closing connection with " + remote_ +
@@ -261,6 +342,10 @@ private:
             queue_.clear();
             queued_bytes_ = 0;
         }
+        {
+            std::lock_guard lock(inbox_mutex_);
+            inbox_.clear();
+        }
         auto on_close = std::move(handlers_.on_close);
         handlers_ = {};
         if (on_close) {
@@ -282,6 +367,13 @@ private:
     std::function<void(tcp_connection*)> on_gone_;
     std::string remote_;
     std::deque<outgoing> queue_;
+    std::vector<asio::const_buffer> buffers_; // flush()'s gathered write
+    std::mutex inbox_mutex_;
+    std::vector<outgoing> inbox_; // sent from outside the read loop, not yet queued
+    bool inbox_posted_ = false;   // a handler that takes the inbox is on its way
+    std::vector<outgoing> taken_; // take_inbox()'s, kept for its capacity
+    /// The connection whose read loop hands over messages on this thread, if any.
+    static inline thread_local tcp_connection* reading_ = nullptr;
     std::size_t front_written_ = 0;
     bool writing_ = false;
     bool closed_ = false;
