@@ -12,6 +12,7 @@
 #include <cereal/archives/binary.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <ostream>
 #include <span>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 namespace petrel::wire {
@@ -64,8 +66,11 @@ struct frame_prefix {
 
 /// Bytes of the serialized header `h` (Cereal's binary archive writes each field as it
 /// is): 135 fixed bytes plus 28 per clock entry.
+inline constexpr std::uint64_t fixed_header_bytes = 135;
+inline constexpr std::uint64_t clock_entry_bytes = 28;
+
 [[nodiscard]] constexpr std::uint64_t encoded_header_bytes(const message_header& h) noexcept {
-    return 135 + 28 * static_cast<std::uint64_t>(h.clocks.size());
+    return fixed_header_bytes + clock_entry_bytes * static_cast<std::uint64_t>(h.clocks.size());
 }
 
 /// Bytes a frame carrying `h` takes on the wire: prefix, header and padded segments.
@@ -73,18 +78,80 @@ struct frame_prefix {
     return prefix_bytes + encoded_header_bytes(h) + framed_payload_bytes(h);
 }
 
+namespace detail {
+
+// The header's bytes as Cereal's binary archive writes them (`message_header::save`):
+// each field as it lies in memory, little-endian (the only byte order Petrel runs on),
+// enums as their one-byte underlying type. Written and read here field by field, without
+// a stream or an archive; `message_header::save` and `load` stay the reference.
+static_assert(std::endian::native == std::endian::little);
+
+class header_writer {
+public:
+    explicit header_writer(std::byte* at) noexcept : at_(at) {}
+    template <typename... T>
+    void operator()(const T&... v) noexcept {
+        (put(v), ...);
+    }
+    [[nodiscard]] std::byte* position() const noexcept { return at_; }
+
+private:
+    template <typename T>
+    void put(const T& v) noexcept {
+        static_assert(std::is_trivially_copyable_v<T> &&
+                      (std::is_arithmetic_v<T> || std::is_enum_v<T>));
+        std::memcpy(at_, &v, sizeof(T));
+        at_ += sizeof(T);
+    }
+    std::byte* at_;
+};
+
+class header_reader {
+public:
+    explicit header_reader(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}
+    /// Reads each of `v` in turn; false (and stops) where the bytes run out.
+    template <typename... T>
+    bool operator()(T&... v) noexcept {
+        return (get(v) && ...);
+    }
+    [[nodiscard]] bool at_end() const noexcept { return at_ == bytes_.size(); }
+
+private:
+    template <typename T>
+    bool get(T& v) noexcept {
+        static_assert(std::is_trivially_copyable_v<T> &&
+                      (std::is_arithmetic_v<T> || std::is_enum_v<T>));
+        if (bytes_.size() - at_ < sizeof(T)) {
+            return false;
+        }
+        std::memcpy(&v, bytes_.data() + at_, sizeof(T));
+        at_ += sizeof(T);
+        return true;
+    }
+    std::span<const std::byte> bytes_;
+    std::size_t at_ = 0;
+};
+
+} // namespace detail
+
 /// Writes the prefix and the serialized header of `m` into `out` (replacing its
 /// contents). The segments follow on the wire as they are, each padded.
 inline void encode_head(const message& m, std::vector<std::byte>& out) {
-    out.resize(prefix_bytes);
-    {
-        detail::vector_sink sink(out);
-        std::ostream os(&sink);
-        cereal::BinaryOutputArchive ar(os);
-        ar(m.header);
+    const auto& h = m.header;
+    const auto header_bytes = static_cast<std::uint32_t>(encoded_header_bytes(h));
+    out.resize(prefix_bytes + header_bytes);
+    detail::header_writer w(out.data() + prefix_bytes);
+    w(h.magic, h.version, h.kind, h.flags, h.sender, h.receiver, h.request_id, h.table_id,
+      h.key_type, h.value_type, h.width, h.status, h.range_begin, h.range_end, h.key_count,
+      h.worker, h.clock, h.encoding, h.key_list_id, h.key_list_digest, h.view, h.update_id);
+    w(static_cast<std::uint32_t>(h.clocks.size()));
+    for (const auto& c : h.clocks) {
+        w(c.begin, c.end, c.worker, c.clock);
     }
-    const auto header_bytes = static_cast<std::uint32_t>(out.size() - prefix_bytes);
-    const std::uint64_t payload = framed_payload_bytes(m.header);
+    for (auto n : h.segment_bytes) {
+        w(n);
+    }
+    const std::uint64_t payload = framed_payload_bytes(h);
     std::memcpy(out.data(), &header_bytes, 4);
     std::memcpy(out.data() + 4, &payload, 8);
 }
@@ -106,27 +173,46 @@ inline void encode_head(const message& m, std::vector<std::byte>& out) {
     return {};
 }
 
-/// Deserializes a header from exactly `bytes`; checks magic and version first.
+/// Deserializes a header from exactly `bytes`; checks magic and version first. Never
+/// allocates more than `max_clock_entries` clock entries, whatever the bytes say.
 [[nodiscard]] inline std::error_code decode_header(std::span<const std::byte> bytes,
                                                    message_header& out) {
+    detail::header_reader r(bytes);
+    auto& h = out;
+    if (!r(h.magic)) {
+        return errc::malformed_header;
+    }
+    if (h.magic != wire::magic) {
+        return errc::bad_magic;
+    }
+    if (!r(h.version)) {
+        return errc::malformed_header;
+    }
+    if (h.version != protocol_version) {
+        return errc::unsupported_version;
+    }
+    std::uint32_t n = 0;
+    if (!r(h.kind, h.flags, h.sender, h.receiver, h.request_id, h.table_id, h.key_type,
+           h.value_type, h.width, h.status, h.range_begin, h.range_end, h.key_count, h.worker,
+           h.clock, h.encoding, h.key_list_id, h.key_list_digest, h.view, h.update_id, n) ||
+        n > max_clock_entries) {
+        return errc::malformed_header;
+    }
+    if (bytes.size() != fixed_header_bytes + clock_entry_bytes * std::uint64_t{n}) {
+        return errc::malformed_header; // checked before the entries are allocated
+    }
     try {
-        detail::span_source src(bytes);
-        std::istream is(&src);
-        cereal::BinaryInputArchive ar(is);
-        ar(out);
-        if (out.magic != wire::magic) {
-            return errc::bad_magic;
-        }
-        if (out.version != protocol_version) {
-            return errc::unsupported_version;
-        }
-        if (!src.at_end()) {
-            return errc::malformed_header;
-        }
+        h.clocks.resize(n);
     } catch (const std::exception&) {
         return errc::malformed_header;
     }
-    return {};
+    for (auto& c : h.clocks) {
+        r(c.begin, c.end, c.worker, c.clock);
+    }
+    for (auto& s : h.segment_bytes) {
+        r(s);
+    }
+    return r.at_end() ? std::error_code{} : errc::malformed_header;
 }
 
 namespace detail {
