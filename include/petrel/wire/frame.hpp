@@ -609,7 +609,10 @@ public:
                 return fail(ec);
             }
             begin_ += prefix_bytes + prefix.header_bytes;
-            body_ = prefix.payload_bytes ? pool_->acquire(prefix.payload_bytes) : pooled_buffer{};
+            body_ = prefix.payload_bytes == 0 ? pooled_buffer{}
+                    : prefix.payload_bytes <= small_body_bytes
+                        ? small_body(prefix.payload_bytes)
+                        : pool_->acquire(prefix.payload_bytes);
             const std::size_t staged = std::min<std::size_t>(end_ - begin_, prefix.payload_bytes);
             if (staged) {
                 std::memcpy(body_.data(), staging_.data() + begin_, staged);
@@ -635,6 +638,16 @@ public:
     [[nodiscard]] const key_cache_receiver& key_cache() const noexcept { return key_cache_; }
 
 private:
+    /// Payloads up to this size get a buffer of their own size (one allocation, with its
+    /// count) rather than a pooled one (whose smallest class is 4 KiB, behind a lock).
+    static constexpr std::uint64_t small_body_bytes = 512;
+
+    static pooled_buffer small_body(std::uint64_t n) {
+        auto bytes = std::make_shared_for_overwrite<std::byte[]>(n);
+        std::byte* p = bytes.get();
+        return {std::shared_ptr<std::byte>(std::move(bytes), p), n};
+    }
+
     template <typename OnMessage>
     std::error_code finish(OnMessage& on_message) {
         std::uint64_t offset = 0;
