@@ -36,7 +36,14 @@ public:
                 hi = mid;
             }
         }
-        std::array<std::pair<std::size_t, std::size_t>, stripes + 1> later;
+        // Left uninitialized (a std::pair would zero all of it on every call, even for one
+        // key): only the first `deferred` entries are written and read.
+        struct run_of_rows {
+            std::size_t first;
+            std::size_t second;
+        };
+        run_of_rows later[stripes + 1];
+        constexpr std::size_t later_size = stripes + 1;
         std::size_t deferred = 0;
         auto run = [&](std::size_t from, std::size_t to) {
             while (from != to) {
@@ -46,7 +53,7 @@ public:
                     ++end;
                 }
                 std::unique_lock lock(stripe_[s].mutex, std::try_to_lock);
-                if (!lock.owns_lock() && deferred < later.size()) {
+                if (!lock.owns_lock() && deferred < later_size) {
                     later[deferred++] = {from, end};
                     from = end;
                     continue;
