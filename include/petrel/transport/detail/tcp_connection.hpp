@@ -59,24 +59,42 @@ public:
 
     /// From the connection's own read loop (a reply decided while it hands over what it
     /// read), `m` joins the send queue at once and leaves with the other replies of that
-    /// read in one gathered write. From anywhere else it goes to the inbox, and the first
-    /// message of an empty inbox posts one handler that moves everything that arrived by
-    /// then to the send queue and writes it, so that messages sent in a burst share
-    /// system calls and a hop to the strand.
+    /// read in one write. From anywhere else it goes to the inbox, and the first message
+    /// of an empty inbox posts one handler that moves everything that arrived by then to
+    /// the send queue and writes it, so that messages sent in a burst share system calls
+    /// and a hop to the strand. Small frames are encoded whole, one after the other, into
+    /// one buffer (see `outgoing`).
     void send(wire::message m) override {
         if (!open_.load(std::memory_order_relaxed)) {
             return; // closed: dropped, as on the strand
         }
-        outgoing o = prepare(std::move(m));
+        const bool small = wire::framed_payload_bytes(m.header) <= inline_payload_bytes;
+        outgoing o;
+        if (small) {
+            encode_frame(m, frame_scratch_);
+        } else {
+            o = prepare(std::move(m));
+        }
         if (reading_ == this) {
             take_inbox();
-            enqueue(std::move(o));
+            if (small) {
+                if (!closed_) {
+                    queued_bytes_ += frame_scratch_.size();
+                    append(queue_, frame_scratch_, false);
+                }
+            } else {
+                enqueue(std::move(o));
+            }
             return;
         }
         bool post = false;
         {
             std::lock_guard lock(inbox_mutex_);
-            inbox_.push_back(std::move(o));
+            if (small) {
+                append(inbox_, frame_scratch_, true);
+            } else {
+                inbox_.push_back(std::move(o));
+            }
             post = !inbox_posted_;
             inbox_posted_ = true;
         }
@@ -101,36 +119,82 @@ public:
     [[nodiscard]] std::string remote_address() const override { return remote_; }
 
 private:
+    /// A frame to write (its head here, its segments in `msg`), or several small frames
+    /// encoded whole one after the other (`msg` empty).
     struct outgoing {
         wire::message msg;
-        std::vector<std::byte> head; // the prefix and header (a small frame: all of it)
+        std::vector<std::byte> head; // the prefix and header, or whole small frames
         std::size_t bytes = 0;       // head and padded segments
+        bool frames = false;         // whole small frames, which more may join
+        bool in_write = false;       // an asynchronous write uses its bytes: it cannot grow
     };
 
-    /// Frames whose padded payload is at most this many bytes travel as one buffer: their
-    /// segments are copied after the header, so that a gathered write (at most 64
-    /// buffers in Asio) takes many of them at once.
+    /// Frames whose padded payload is at most this many bytes are encoded whole (header
+    /// and segments) and join the small frames queued before them in one buffer, so that
+    /// a burst of them leaves in one system call and allocates nothing per frame.
     static constexpr std::size_t inline_payload_bytes = 512;
+    /// The most bytes of small frames one buffer collects (a burst takes a few).
+    static constexpr std::size_t frames_buffer_bytes = std::size_t{32} << 10;
 
     /// Encodes the head of `m`, on the sender's thread.
     static outgoing prepare(wire::message&& m) {
         outgoing o;
         o.msg = std::move(m);
         wire::encode_head(o.msg, o.head);
-        const std::size_t payload = wire::framed_payload_bytes(o.msg.header);
-        o.bytes = o.head.size() + payload;
-        if (payload > 0 && payload <= inline_payload_bytes) {
-            o.head.reserve(o.bytes);
-            for (auto& seg : o.msg.segments) {
-                if (!seg.empty()) {
-                    const auto* p = seg.data();
-                    o.head.insert(o.head.end(), p, p + seg.size());
-                    o.head.resize(o.head.size() + (wire::padded(seg.size()) - seg.size()));
-                    seg = shared_bytes{};
-                }
+        o.bytes = o.head.size() + wire::framed_payload_bytes(o.msg.header);
+        return o;
+    }
+
+    /// The whole frame of `m` (prefix, header, padded segments) into `out`.
+    static void encode_frame(const wire::message& m, std::vector<std::byte>& out) {
+        wire::encode_head(m, out);
+        for (const auto& seg : m.segments) {
+            if (!seg.empty()) {
+                const auto* p = seg.data();
+                out.insert(out.end(), p, p + seg.size());
+                out.resize(out.size() + (wire::padded(seg.size()) - seg.size()));
             }
         }
-        return o;
+    }
+
+    /// Adds the small frame `frame` to the last buffer of small frames of `q` when it has
+    /// room and no write uses its bytes, else as a new one (a spare one when there is
+    /// one). `locked`: the caller holds `inbox_mutex_`.
+    template <typename Queue>
+    void append(Queue& q, const std::vector<std::byte>& frame, bool locked) {
+        if (q.empty() || !q.back().frames || q.back().in_write ||
+            q.back().bytes + frame.size() > frames_buffer_bytes) {
+            outgoing o;
+            o.frames = true;
+            {
+                std::unique_lock lock(inbox_mutex_, std::defer_lock);
+                if (!locked) {
+                    lock.lock();
+                }
+                if (!spare_.empty()) {
+                    o.head = std::move(spare_.back());
+                    spare_.pop_back();
+                }
+            }
+            o.head.reserve(frames_buffer_bytes); // no growing copies; kept as a spare
+            q.push_back(std::move(o));
+        }
+        auto& b = q.back();
+        b.head.insert(b.head.end(), frame.begin(), frame.end());
+        b.bytes = b.head.size();
+    }
+
+    /// Keeps a written buffer of small frames for the next ones (a few at most), so that
+    /// a steady stream of them allocates nothing.
+    void keep_spare(std::vector<std::byte>&& buffer) {
+        if (buffer.capacity() != frames_buffer_bytes) {
+            return;
+        }
+        buffer.clear();
+        std::lock_guard lock(inbox_mutex_);
+        if (spare_.size() < max_spares) {
+            spare_.push_back(std::move(buffer));
+        }
     }
 
     /// On the strand: moves the messages of the inbox to the send queue, in order.
@@ -148,12 +212,20 @@ private:
         taken_.clear();
     }
 
-    /// On the strand: queues `o` (dropped once the connection is closed).
+    /// On the strand: queues `o` (dropped once the connection is closed); small frames
+    /// join the last buffer of small frames while no write uses it.
     void enqueue(outgoing&& o) {
         if (closed_) {
             return;
         }
         queued_bytes_ += o.bytes;
+        if (o.frames && !queue_.empty() && queue_.back().frames && !queue_.back().in_write &&
+            queue_.back().bytes + o.bytes <= frames_buffer_bytes) {
+            auto& b = queue_.back();
+            b.head.insert(b.head.end(), o.head.begin(), o.head.end());
+            b.bytes = b.head.size();
+            return;
+        }
         queue_.push_back(std::move(o));
     }
 
@@ -183,9 +255,11 @@ private:
     }
 
     /// The buffers of the queued messages (several, when they have piled up), starting
-    /// after the bytes of the first message that were already written.
-    void gather(std::vector<asio::const_buffer>& buffers) const {
+    /// after the bytes of the first message that were already written. Returns how many
+    /// messages they take from.
+    std::size_t gather(std::vector<asio::const_buffer>& buffers) const {
         buffers.clear();
+        std::size_t used = 0;
         std::size_t skip = front_written_;
         auto add = [&](const void* data, std::size_t size) {
             if (skip >= size) {
@@ -196,6 +270,7 @@ private:
             skip = 0;
         };
         for (const auto& o : queue_) {
+            ++used;
             add(o.head.data(), o.head.size());
             for (const auto& seg : o.msg.segments) {
                 if (!seg.empty()) {
@@ -210,6 +285,7 @@ private:
                 break;
             }
         }
+        return used;
     }
 
     /// Drops the messages the socket took in full; remembers how far into the next one
@@ -224,6 +300,9 @@ private:
             n -= left;
             front_written_ = 0;
             queued_bytes_ -= queue_.front().bytes;
+            if (queue_.front().frames) {
+                keep_spare(std::move(queue_.front().head));
+            }
             queue_.pop_front();
         }
         if (queued_bytes_ <= max_queued_bytes_ / 2) {
@@ -310,7 +389,10 @@ private:
                 co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
                 continue;
             }
-            gather(buffers);
+            const std::size_t used = gather(buffers);
+            for (std::size_t i = 0; i < used; ++i) {
+                queue_[i].in_write = true; // small frames join a later buffer meanwhile
+            }
             writing_ = true;
             std::error_code ec;
             const std::size_t n = co_await asio::async_write(
@@ -371,9 +453,13 @@ private:
     std::mutex inbox_mutex_;
     std::vector<outgoing> inbox_; // sent from outside the read loop, not yet queued
     bool inbox_posted_ = false;   // a handler that takes the inbox is on its way
-    std::vector<outgoing> taken_; // take_inbox()'s, kept for its capacity
+    static constexpr std::size_t max_spares = 2;
+    std::vector<std::vector<std::byte>> spare_; // written buffers of small frames, reused
+    std::vector<outgoing> taken_;               // take_inbox()'s, kept for its capacity
     /// The connection whose read loop hands over messages on this thread, if any.
     static inline thread_local tcp_connection* reading_ = nullptr;
+    /// Where this thread encodes a small frame before it joins a queue.
+    static inline thread_local std::vector<std::byte> frame_scratch_;
     std::size_t front_written_ = 0;
     bool writing_ = false;
     bool closed_ = false;
