@@ -134,13 +134,13 @@ private:
 
 } // namespace detail
 
-/// Writes the prefix and the serialized header of `m` into `out` (replacing its
-/// contents). The segments follow on the wire as they are, each padded.
-inline void encode_head(const message& m, std::vector<std::byte>& out) {
+/// Writes the prefix and the serialized header of `m` at `out`, which has room for
+/// `prefix_bytes + encoded_header_bytes(m.header)` bytes; returns that many. The segments
+/// follow on the wire as they are, each padded.
+inline std::size_t encode_head_into(const message& m, std::byte* out) {
     const auto& h = m.header;
     const auto header_bytes = static_cast<std::uint32_t>(encoded_header_bytes(h));
-    out.resize(prefix_bytes + header_bytes);
-    detail::header_writer w(out.data() + prefix_bytes);
+    detail::header_writer w(out + prefix_bytes);
     w(h.magic, h.version, h.kind, h.flags, h.sender, h.receiver, h.request_id, h.table_id,
       h.key_type, h.value_type, h.width, h.status, h.range_begin, h.range_end, h.key_count,
       h.worker, h.clock, h.encoding, h.key_list_id, h.key_list_digest, h.view, h.update_id);
@@ -152,8 +152,16 @@ inline void encode_head(const message& m, std::vector<std::byte>& out) {
         w(n);
     }
     const std::uint64_t payload = framed_payload_bytes(h);
-    std::memcpy(out.data(), &header_bytes, 4);
-    std::memcpy(out.data() + 4, &payload, 8);
+    std::memcpy(out, &header_bytes, 4);
+    std::memcpy(out + 4, &payload, 8);
+    return prefix_bytes + header_bytes;
+}
+
+/// Writes the prefix and the serialized header of `m` into `out` (replacing its
+/// contents). The segments follow on the wire as they are, each padded.
+inline void encode_head(const message& m, std::vector<std::byte>& out) {
+    out.resize(prefix_bytes + encoded_header_bytes(m.header));
+    encode_head_into(m, out.data());
 }
 
 /// Checks a prefix against the limits.

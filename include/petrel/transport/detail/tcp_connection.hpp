@@ -16,6 +16,7 @@
 #include <asio/write.hpp>
 
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -24,6 +25,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace petrel::detail {
@@ -70,17 +72,16 @@ public:
         }
         const bool small = wire::framed_payload_bytes(m.header) <= inline_payload_bytes;
         outgoing o;
-        if (small) {
-            encode_frame(m, frame_scratch_);
-        } else {
+        if (!small) {
             o = prepare(std::move(m));
         }
-        if (reading_ == this) {
+        if (reader_.load(std::memory_order_acquire) == std::this_thread::get_id()) {
+            // On the strand, inside the read loop's hand-over: no other thread touches the
+            // send queue now.
             take_inbox();
             if (small) {
                 if (!closed_) {
-                    queued_bytes_ += frame_scratch_.size();
-                    append(queue_, frame_scratch_, false);
+                    queued_bytes_ += append(queue_, m, false);
                 }
             } else {
                 enqueue(std::move(o));
@@ -91,7 +92,7 @@ public:
         {
             std::lock_guard lock(inbox_mutex_);
             if (small) {
-                append(inbox_, frame_scratch_, true);
+                append(inbox_, m, true);
             } else {
                 inbox_.push_back(std::move(o));
             }
@@ -145,25 +146,15 @@ private:
         return o;
     }
 
-    /// The whole frame of `m` (prefix, header, padded segments) into `out`.
-    static void encode_frame(const wire::message& m, std::vector<std::byte>& out) {
-        wire::encode_head(m, out);
-        for (const auto& seg : m.segments) {
-            if (!seg.empty()) {
-                const auto* p = seg.data();
-                out.insert(out.end(), p, p + seg.size());
-                out.resize(out.size() + (wire::padded(seg.size()) - seg.size()));
-            }
-        }
-    }
-
-    /// Adds the small frame `frame` to the last buffer of small frames of `q` when it has
-    /// room and no write uses its bytes, else as a new one (a spare one when there is
-    /// one). `locked`: the caller holds `inbox_mutex_`.
+    /// Encodes the whole frame of `m` (prefix, header, padded segments) at the end of
+    /// the last buffer of small frames of `q` when it has room and no write uses its bytes,
+    /// else of a new one (a spare one when there is one). `locked`: the caller holds
+    /// `inbox_mutex_`. Returns the frame's bytes.
     template <typename Queue>
-    void append(Queue& q, const std::vector<std::byte>& frame, bool locked) {
+    std::size_t append(Queue& q, const wire::message& m, bool locked) {
+        const std::size_t size = wire::frame_bytes(m.header);
         if (q.empty() || !q.back().frames || q.back().in_write ||
-            q.back().bytes + frame.size() > frames_buffer_bytes) {
+            q.back().bytes + size > frames_buffer_bytes) {
             outgoing o;
             o.frames = true;
             {
@@ -180,8 +171,18 @@ private:
             q.push_back(std::move(o));
         }
         auto& b = q.back();
-        b.head.insert(b.head.end(), frame.begin(), frame.end());
+        const std::size_t at = b.head.size();
+        b.head.resize(at + size); // zeroed: the padding
+        std::byte* out = b.head.data() + at;
+        out += wire::encode_head_into(m, out);
+        for (const auto& seg : m.segments) {
+            if (!seg.empty()) {
+                std::memcpy(out, seg.data(), seg.size());
+                out += wire::padded(seg.size());
+            }
+        }
         b.bytes = b.head.size();
+        return size;
     }
 
     /// Keeps a written buffer of small frames for the next ones (a few at most), so that
@@ -310,13 +311,16 @@ private:
         }
     }
 
-    /// Marks the strand's thread as handing over what this connection read.
+    /// Marks the thread that runs the read loop's hand-over of what this connection read,
+    /// for as long as it does (`send` from that thread is from a handler of this read).
     struct reading_scope {
-        explicit reading_scope(tcp_connection* c) noexcept : previous(reading_) { reading_ = c; }
-        ~reading_scope() { reading_ = previous; }
+        explicit reading_scope(std::atomic<std::thread::id>& r) noexcept : reader(r) {
+            reader.store(std::this_thread::get_id(), std::memory_order_release);
+        }
+        ~reading_scope() { reader.store(std::thread::id{}, std::memory_order_release); }
         reading_scope(const reading_scope&) = delete;
         reading_scope& operator=(const reading_scope&) = delete;
-        tcp_connection* previous;
+        std::atomic<std::thread::id>& reader;
     };
 
     asio::awaitable<void> read_loop(std::shared_ptr<tcp_connection> self) {
@@ -344,7 +348,7 @@ private:
             try {
                 // Replies sent by the handlers meanwhile queue up (see send()) and leave
                 // together once every complete frame of this read was handled.
-                const reading_scope scope(this);
+                const reading_scope scope(reader_);
                 err = decoder_.consume(n, [&](wire::message&& m) {
                     if (!closed_ && handlers_.on_message) {
                         handlers_.on_message(as_connection, std::move(m));
@@ -456,10 +460,9 @@ private:
     static constexpr std::size_t max_spares = 2;
     std::vector<std::vector<std::byte>> spare_; // written buffers of small frames, reused
     std::vector<outgoing> taken_;               // take_inbox()'s, kept for its capacity
-    /// The connection whose read loop hands over messages on this thread, if any.
-    static inline thread_local tcp_connection* reading_ = nullptr;
-    /// Where this thread encodes a small frame before it joins a queue.
-    static inline thread_local std::vector<std::byte> frame_scratch_;
+    /// The thread running the read loop's hand-over of a read, while it does (none
+    /// otherwise).
+    std::atomic<std::thread::id> reader_{};
     std::size_t front_written_ = 0;
     bool writing_ = false;
     bool closed_ = false;
