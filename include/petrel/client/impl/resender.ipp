@@ -310,13 +310,19 @@ PETREL_DECL void resender::review_weak(const std::weak_ptr<resender>& weak) {
 }
 
 PETREL_DECL void resender::review_all() {
-    auto todo = review();
-    if (opts_.policy.ordered) {
-        auto more = resend_retained();
-        todo.insert(todo.end(), more.begin(), more.end());
+    // Decided together under one lock, as one view sees them: a tick marked as following
+    // the resent pushes is decided with them, and sent after them by the same thread.
+    actions todo;
+    {
+        std::lock_guard lock(mutex_);
+        todo = review();
+        if (opts_.policy.ordered) {
+            auto more = resend_retained();
+            todo.insert(todo.end(), more.begin(), more.end());
+        }
+        auto ticks = sync_ticks();
+        todo.insert(todo.end(), ticks.begin(), ticks.end());
     }
-    auto ticks = sync_ticks();
-    todo.insert(todo.end(), ticks.begin(), ticks.end());
     for (auto& a : todo) {
         a();
     }
@@ -330,8 +336,8 @@ PETREL_DECL std::function<void()> resender::send_later(const route_table& where,
 }
 
 PETREL_DECL resender::actions resender::review() {
+    // Called under the lock (`review_all`).
     actions out;
-    std::lock_guard lock(mutex_);
     const auto now = std::chrono::steady_clock::now();
     const auto where = table_;
     std::vector<std::shared_ptr<resilient>> keep;
@@ -421,9 +427,8 @@ PETREL_DECL resender::actions resender::resend_retained() {
     // After a view change: the retained pushes of servers the view declared failed go to
     // the new owners of their keys (marked resent, so that a clock the new owner already
     // holds is not applied twice); so do the keys of a retained push that moved to another
-    // server while its own server stays (a server joined).
+    // server while its own server stays (a server joined). Called under the lock.
     actions out;
-    std::lock_guard lock(mutex_);
     const auto where = table_;
     if (!where || closed_) {
         return out;
@@ -490,9 +495,8 @@ PETREL_DECL resender::actions resender::sync_ticks() {
     // job) get the newest tick sent so far, after the pushes resent to them. Ordered
     // clients, when the ring changed, send it to every live server, marked as sent after
     // the resent pushes (`wire::flag_resent`): a server that took keys over answers reads
-    // of them once every live worker's has come.
+    // of them once every live worker's has come. Called under the lock.
     actions out;
-    std::lock_guard lock(mutex_);
     const auto where = table_;
     if (!where || closed_ || opts_.read_only) {
         return out;
