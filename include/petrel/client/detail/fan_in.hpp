@@ -1,9 +1,10 @@
 // Petrel: one completion for the parts of an operation that arrive separately.
 #pragma once
 
-#include <asio/cancellation_type.hpp>
-#include <asio/error.hpp>
-
+// The standard headers come first: Asio configures itself (aligned allocation among
+// others) from the standard library's macros, so a translation unit that starts with this
+// header must have them defined, as every other one does, or its inline Asio functions
+// differ from theirs.
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,9 @@
 #include <stdexcept>
 #include <system_error>
 #include <utility>
+
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
 
 namespace petrel::detail {
 
