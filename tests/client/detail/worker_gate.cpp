@@ -48,6 +48,15 @@ struct gate_over_one_server {
         gate = std::make_shared<detail::worker_gate>(
             io.executor(), clock, resends, pipe,
             detail::worker_gate_options{policy, read_only, 3, petrel::test::tick_template(), 10s});
+        if (policy.ordered && !read_only) {
+            // As an ordered store does when it is made: it tells its servers it has no
+            // resends (a tick marked resent), once per ring.
+            resends->review_all();
+            for (int i = 0; i < 1000 && server.requests().empty(); ++i) {
+                std::this_thread::sleep_for(10ms);
+            }
+            REQUIRE(server.requests().size() == 1);
+        }
     }
 
     std::size_t ticks() const {
@@ -132,6 +141,7 @@ TEST_CASE("worker_gate: requests held for a tick go when it completes, fail with
           "at their deadline",
           "[client][worker_gate]") {
     gate_over_one_server g(detail::policy_traits_of<petrel::sequential>);
+    const std::size_t announced = g.server.requests().size(); // the store's first tick
     auto outgoing_pull = [&](std::shared_ptr<std::promise<std::error_code>> replied) {
         wire::message m = petrel::test::tick_template(); // any request the server answers
         m.header.clock = 0;
@@ -149,12 +159,12 @@ TEST_CASE("worker_gate: requests held for a tick go when it completes, fail with
         g.gate->send_when_open(own, outgoing_pull(replied), fail,
                                std::chrono::steady_clock::now() + 10s);
         std::this_thread::sleep_for(30ms);
-        CHECK(g.server.requests().empty());
+        CHECK(g.server.requests().size() == announced);
         done.complete({});
         auto f = replied->get_future();
         REQUIRE(f.wait_for(10s) == std::future_status::ready);
         CHECK_FALSE(f.get());
-        CHECK(g.server.requests().size() == 1);
+        CHECK(g.server.requests().size() == announced + 1);
     }
     SECTION("the tick fails") {
         g.gate->send_when_open(own, outgoing_pull(replied), fail,
@@ -163,7 +173,7 @@ TEST_CASE("worker_gate: requests held for a tick go when it completes, fail with
         auto f = failed->get_future();
         REQUIRE(f.wait_for(10s) == std::future_status::ready);
         CHECK(f.get() == errc::node_failed);
-        CHECK(g.server.requests().empty());
+        CHECK(g.server.requests().size() == announced);
     }
     SECTION("the deadline comes first") {
         g.gate->send_when_open(own, outgoing_pull(replied), fail,
@@ -173,7 +183,7 @@ TEST_CASE("worker_gate: requests held for a tick go when it completes, fail with
         CHECK(f.get() == errc::timed_out);
         done.complete({}); // too late: nothing is sent
         std::this_thread::sleep_for(30ms);
-        CHECK(g.server.requests().empty());
+        CHECK(g.server.requests().size() == announced);
     }
     SECTION("a task that never completes ends at its deadline") {
         CHECK(wait(g.gate->by_deadline(own, std::chrono::steady_clock::now() + 50ms)) ==
@@ -184,8 +194,12 @@ TEST_CASE("worker_gate: requests held for a tick go when it completes, fail with
 TEST_CASE("worker_gate: finishing tells every live server", "[client][worker_gate]") {
     gate_over_one_server g(detail::policy_traits_of<petrel::sequential>);
     CHECK_FALSE(wait(g.gate->finish()));
-    const auto got = g.server.requests();
-    REQUIRE(got.size() == 1);
-    CHECK(got[0].kind == wire::message_kind::clock);
-    CHECK((got[0].flags & wire::flag_finish) != 0);
+    std::size_t finishing = 0;
+    for (const auto& r : g.server.requests()) {
+        if ((r.flags & wire::flag_finish) != 0) {
+            CHECK(r.kind == wire::message_kind::clock);
+            ++finishing;
+        }
+    }
+    CHECK(finishing == 1);
 }
