@@ -4,6 +4,7 @@
 #include "support/events.hpp"
 #include "support/frames.hpp"
 #include "support/members.hpp"
+#include "support/threads.hpp"
 
 #include <petrel/cluster/manager_node.hpp>
 #include <petrel/launch/run.hpp>
@@ -949,7 +950,8 @@ std::size_t train_through(failover_job& job, const std::function<void()>& midway
                 kv.clock();
                 std::this_thread::sleep_for(5ms);
             }
-            pushed.arrive_and_wait(); // eventual: pull once every push is in
+            // eventual: pull once every push is in
+            petrel::test::arrive_and_wait_for(pushed, 120s, "the other worker's pushes");
             const auto got = kv.pull(keys, asio::use_future).get();
             std::size_t bad = 0;
             for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -965,7 +967,7 @@ std::size_t train_through(failover_job& job, const std::function<void()>& midway
             return bad;
         }));
     }
-    halfway.wait();
+    petrel::test::wait_for(halfway, 120s, "both workers halfway");
     midway();
     std::size_t bad = 0;
     for (auto& f : wrong) {
@@ -1069,7 +1071,7 @@ TEMPLATE_TEST_CASE("kv_store: a job that drops failed workers goes on without on
         if (j == 2) {
             return std::size_t{0}; // dies here: no finish, no leave
         }
-        pushed.arrive_and_wait();
+        petrel::test::arrive_and_wait_for(pushed, 120s, "the other worker's pushes");
         const auto got = kv.pull(keys, asio::use_future).get();
         std::size_t bad = 0;
         for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -1188,7 +1190,7 @@ TEMPLATE_TEST_CASE("kv_store: workers join and leave a running job, clocks follo
     };
     auto first = std::async(std::launch::async, [&] {
         train(0, clocks);
-        done.arrive_and_wait();
+        petrel::test::arrive_and_wait_for(done, 60s, "the newcomer's last clock");
         petrel::kv_store<key_t64, float, TestType> kv(*job.workers[0]);
         return kv.pull(keys, asio::use_future).get();
     });
@@ -1198,12 +1200,12 @@ TEMPLATE_TEST_CASE("kv_store: workers join and leave a running job, clocks follo
         CHECK_FALSE(job.workers[1]->finish(5s));
         job.members[job.servers.size() + 1]->async_leave(asio::use_future).get();
     });
-    running.wait();
+    petrel::test::wait_for(running, 60s, "both first workers at clock 4");
     const auto j = job.join_worker();
     REQUIRE(j == 2);
     auto late = std::async(std::launch::async, [&] {
         started_at = train(j, clocks);
-        done.arrive_and_wait();
+        petrel::test::arrive_and_wait_for(done, 60s, "worker 0's last clock");
     });
     leaver.get();
     late.get();

@@ -1,8 +1,13 @@
-// Petrel tests: one function run on several threads at once, counting what failed.
+// Petrel tests: one function run on several threads at once, counting what failed, and
+// meeting points between test threads that give up after a while.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <exception>
+#include <latch>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,6 +34,26 @@ template <class F>
         t.join();
     }
     return failures.load();
+}
+
+/// Waits for latch `l` at most `limit`; throws `std::runtime_error` naming `what` when it
+/// has not opened by then (a thread that failed before counting down fails the waiter
+/// instead of hanging it).
+inline void wait_for(std::latch& l, std::chrono::milliseconds limit, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!l.try_wait()) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+            throw std::runtime_error("gave up waiting for " + what);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+}
+
+/// Counts `l` down once, then waits for it as `wait_for` does.
+inline void arrive_and_wait_for(std::latch& l, std::chrono::milliseconds limit,
+                                const std::string& what) {
+    l.count_down();
+    wait_for(l, limit, what);
 }
 
 } // namespace petrel::test
