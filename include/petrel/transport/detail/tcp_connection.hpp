@@ -15,6 +15,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -175,11 +176,14 @@ private:
         b.head.resize(at + size); // zeroed: the padding
         std::byte* out = b.head.data() + at;
         out += wire::encode_head_into(m, out);
-        for (const auto& seg : m.segments) {
-            if (!seg.empty()) {
-                std::memcpy(out, seg.data(), seg.size());
-                out += wire::padded(seg.size());
+        // The frame's size came from the header's segment sizes: copy no more than they
+        // say, whatever a segment holds (they agree when `set_segment` filled them).
+        for (std::size_t i = 0; i < m.segments.size(); ++i) {
+            const std::size_t n = m.header.segment_bytes[i];
+            if (const auto copied = std::min<std::size_t>(n, m.segments[i].size()); copied > 0) {
+                std::memcpy(out, m.segments[i].data(), copied);
             }
+            out += wire::padded(n);
         }
         b.bytes = b.head.size();
         return size;
