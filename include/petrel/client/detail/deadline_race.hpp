@@ -1,15 +1,17 @@
 // Petrel: a wait that a deadline ends unless something else ends it first.
 #pragma once
 
-#include <asio/any_io_executor.hpp>
-#include <asio/steady_timer.hpp>
-
+// Standard headers before Asio's: Asio configures itself from the standard library's
+// macros (see <petrel/client/detail/fan_in.hpp>).
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <system_error>
 #include <utility>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/steady_timer.hpp>
 
 namespace petrel::detail {
 

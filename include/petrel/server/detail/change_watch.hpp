@@ -1,13 +1,15 @@
 // Petrel: callbacks told, on an executor, when a value changes.
 #pragma once
 
-#include <asio/any_io_executor.hpp>
-#include <asio/post.hpp>
-
+// Standard headers before Asio's: Asio configures itself from the standard library's
+// macros (see <petrel/client/detail/fan_in.hpp>).
 #include <cstddef>
 #include <functional>
 #include <map>
 #include <utility>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
 
 namespace petrel::detail {
 

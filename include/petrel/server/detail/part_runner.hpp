@@ -1,15 +1,17 @@
 // Petrel: the parts of one request run on several threads of an executor at once.
 #pragma once
 
-#include <asio/any_io_executor.hpp>
-#include <asio/post.hpp>
-
+// Standard headers before Asio's: Asio configures itself from the standard library's
+// macros (see <petrel/client/detail/fan_in.hpp>).
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <mutex>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
 
 namespace petrel::detail {
 

@@ -1,17 +1,19 @@
 // Petrel: delivering a completion to a handler on its own executor.
 #pragma once
 
-#include <asio/associated_executor.hpp>
-#include <asio/dispatch.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/post.hpp>
-
+// Standard headers before Asio's: Asio configures itself from the standard library's
+// macros (see <petrel/client/detail/fan_in.hpp>).
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <tuple>
 #include <utility>
+
+#include <asio/associated_executor.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
 
 namespace petrel::detail {
 
