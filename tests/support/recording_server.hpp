@@ -10,8 +10,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace petrel::test {
@@ -31,12 +33,18 @@ struct seen_request {
 /// A server on loopback that records each request, then closes the connection (while
 /// `dropping`) or answers: `errc::key_cache_miss` for a key list reference its connection
 /// could not resolve (it keeps `key_cache_bytes` of lists), zero rows for a pull, an empty
-/// reply of the matching kind otherwise.
+/// reply of the matching kind otherwise; `reshape`, when set, changes each reply before
+/// it is sent.
 class recording_server {
 public:
+    /// Changes the reply to a request before it is sent.
+    using reply_shaper = std::function<void(const wire::message& request, wire::message& reply)>;
+
     explicit recording_server(io_threads& io, bool dropping = false,
-                              std::size_t key_cache_bytes = std::size_t{1} << 20)
-        : transport_(io.executor(), options(key_cache_bytes)), dropping_(dropping) {
+                              std::size_t key_cache_bytes = std::size_t{1} << 20,
+                              reply_shaper reshape = {})
+        : transport_(io.executor(), options(key_cache_bytes)), dropping_(dropping),
+          reshape_(std::move(reshape)) {
         connection_handlers h;
         h.on_message = [this](const connection_ptr& c, wire::message&& m) {
             const auto& q = m.header;
@@ -49,7 +57,11 @@ public:
                 c->close();
                 return;
             }
-            c->send(reply_to(m));
+            auto r = reply_to(m);
+            if (reshape_) {
+                reshape_(m, r);
+            }
+            c->send(std::move(r));
         };
         h.on_close = [](const connection_ptr&, std::error_code) {};
         address_ = transport_.listen("127.0.0.1:0", std::move(h));
@@ -88,6 +100,7 @@ private:
 
     tcp_transport transport_;
     std::atomic<bool> dropping_;
+    reply_shaper reshape_;
     std::string address_;
     mutable std::mutex mutex_;
     std::vector<seen_request> seen_;

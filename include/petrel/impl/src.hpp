@@ -8,12 +8,16 @@
 #error Define PETREL_SEPARATE_COMPILATION to compile <petrel/impl/src.hpp>
 #endif
 
+#include <petrel/client/impl/call_op.ipp>
 #include <petrel/client/impl/checkpoint_save.ipp>
+#include <petrel/client/impl/pull_op.ipp>
+#include <petrel/client/impl/push_op.ipp>
 #include <petrel/client/impl/resender.ipp>
 #include <petrel/client/impl/router.ipp>
 #include <petrel/client/impl/send_pipeline.ipp>
 #include <petrel/client/impl/server_links.ipp>
 #include <petrel/client/impl/slices.ipp>
+#include <petrel/client/impl/store_core.ipp>
 #include <petrel/client/impl/worker_gate.ipp>
 #include <petrel/cluster/impl/manager_node.ipp>
 #include <petrel/cluster/impl/member.ipp>

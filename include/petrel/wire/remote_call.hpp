@@ -228,18 +228,6 @@ std::error_code decode_result(std::span<const std::byte> bytes, Result& out) {
     return decode_binary(bytes, out, message);
 }
 
-/// A result kept as the bytes the server sent, for a caller that decodes it later (in code
-/// compiled once, such as the checkpoint call's).
-struct raw_result {
-    std::vector<std::byte> bytes;
-};
-
-/// Keeps a result's bytes as they are. @throws std::bad_alloc
-inline std::error_code decode_result(std::span<const std::byte> bytes, raw_result& out) {
-    out.bytes.assign(bytes.begin(), bytes.end());
-    return {};
-}
-
 /// The name of the built-in call that saves a server's rows of a table (`kv_store::save`);
 /// names starting "petrel." are the server's own.
 inline constexpr std::string_view checkpoint_call = "petrel.checkpoint";

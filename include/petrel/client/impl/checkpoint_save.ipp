@@ -15,11 +15,11 @@
 namespace petrel::detail {
 
 PETREL_DECL std::error_code finish_save(const save_target& target,
-                                        const std::vector<raw_result>& answers) {
+                                        const std::vector<shared_bytes>& answers) {
     try {
         std::vector<saved_shard> shards(answers.size());
         for (std::size_t i = 0; i < answers.size(); ++i) {
-            if (auto ec = decode_result(answers[i].bytes, shards[i])) {
+            if (auto ec = decode_result(answers[i].span(), shards[i])) {
                 return ec;
             }
         }
