@@ -149,6 +149,34 @@ TEST_CASE("resender: without a job a dropped request is tried once more, then fa
     CHECK(r->parked() == 0);
 }
 
+TEST_CASE("resender: a request refused for a worker the server does not know yet is sent again",
+          "[client][resender]") {
+    // A worker that joined a running job may reach a server before that server has seen
+    // the view that admits it: the server refuses its index once, then knows it.
+    io_threads io(2);
+    std::atomic<int> refusals{1};
+    recording_server a(
+        io, false, std::size_t{1} << 20, [&refusals](const wire::message&, wire::message& reply) {
+            if (refusals.fetch_sub(1) > 0) {
+                reply.header.status = static_cast<std::uint32_t>(errc::unknown_worker);
+            }
+        });
+    job j(io, {a.address()});
+    auto r = make_resender(io, petrel::detail::policy_traits_of<petrel::eventual>);
+    r->install(j.view(1, {1}, {1}, {1}));
+    auto f = send(*r, *r->table(), 1, push_of_key_5());
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    CHECK_FALSE(f.get());
+    CHECK(a.requests().size() == 2);
+    CHECK(r->parked() == 0);
+    // Refused again after the one more try a client without a job makes: the index is
+    // wrong, and the caller hears so.
+    refusals = 2;
+    auto g = send(*r, *r->table(), 1, push_of_key_5());
+    REQUIRE(g.wait_for(10s) == std::future_status::ready);
+    CHECK(g.get() == errc::unknown_worker);
+}
+
 TEST_CASE("resender: a parked request ends at its deadline, and all end when it closes",
           "[client][resender]") {
     io_threads io(2);

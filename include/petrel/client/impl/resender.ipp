@@ -168,9 +168,12 @@ PETREL_DECL void resender::on_reply(const std::shared_ptr<resilient>& r,
                                     const std::weak_ptr<request_link>& link, std::error_code ec,
                                     wire::message&& reply) {
     // The connection dropped or could not be made (a system error), the view declared the
-    // server failed, or the server's chain moved on without it (its view is out of date).
+    // server failed, the server's chain moved on without it (its view is out of date), or
+    // the server does not know this worker yet: a worker that joined a running job hears
+    // of its view before every server does, and a server admits its index only then.
     const bool dropped = ec == errc::connection_closed || ec == errc::node_failed ||
-                         ec == errc::stale_view || (ec && ec.category() != error_category());
+                         ec == errc::stale_view || ec == errc::unknown_worker ||
+                         (ec && ec.category() != error_category());
     const bool durable = opts_.policy.ordered && !ec &&
                          (reply.header.kind == wire::message_kind::push_reply ||
                           reply.header.kind == wire::message_kind::clock_reply);
