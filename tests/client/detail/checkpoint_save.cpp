@@ -50,9 +50,8 @@ TEST_CASE("checkpoint_save: the manifest names every server's shard, in server o
           "[client][checkpoint]") {
     petrel::test::temp_dir dir;
     petrel::test::log_capture logs;
-    const detail::save_target target{
-        dir.path().string(), 3, 5, wire::scalar_type::u64, wire::scalar_type::f32, 2, 1,
-        logs.logger()};
+    const detail::save_target target{dir.path().string(),    3, 5, wire::scalar_type::u64,
+                                     wire::scalar_type::f32, 2, 1, logs.logger()};
     const auto ec = detail::finish_save(target, {encoded(shard_of(1)), encoded(shard_of(0))});
     INFO(logs.all());
     REQUIRE_FALSE(ec);
