@@ -4,6 +4,7 @@
 #include <petrel/wire/frame.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <system_error>
 #include <vector>
@@ -18,6 +19,25 @@ inline std::vector<std::byte> frame_of(const wire::message& m) {
         out.insert(out.end(), seg.data(), seg.data() + seg.size());
         out.resize(out.size() + (wire::padded(seg.size()) - seg.size()));
     }
+    return out;
+}
+
+/// An envelope as a sender of version `major.minor` writes it, for a header body of
+/// `body` bytes and a payload of `payload` bytes.
+inline std::vector<std::byte> envelope_of(wire::message_kind kind, std::uint64_t body,
+                                          std::uint64_t payload,
+                                          std::uint8_t major = wire::protocol_major,
+                                          std::uint8_t minor = wire::protocol_minor) {
+    std::vector<std::byte> out(wire::detail::max_envelope_bytes);
+    wire::detail::varint_writer w(out.data());
+    w.byte(wire::detail::envelope_magic & 0xFF);
+    w.byte(wire::detail::envelope_magic >> 8);
+    w.byte(major);
+    w.byte(minor);
+    w.byte(static_cast<std::uint8_t>(kind));
+    w.varint(body);
+    w.varint(payload);
+    out.resize(static_cast<std::size_t>(w.position() - out.data()));
     return out;
 }
 

@@ -1,6 +1,7 @@
 #include <petrel/transport/tcp_transport.hpp>
 
 #include "support/cluster.hpp"
+#include "support/frames.hpp"
 
 #include <asio/connect.hpp>
 #include <asio/ip/tcp.hpp>
@@ -68,12 +69,13 @@ struct target {
     }
 };
 
-/// A frame prefix followed by `extra` bytes of `fill`.
+/// A push's envelope (for a header body of `header` bytes and a payload of `payload`)
+/// followed by `extra` bytes of `fill`.
 std::vector<std::byte> prefix(std::uint32_t header, std::uint64_t payload, std::size_t extra = 0,
-                              std::byte fill = std::byte{0}) {
-    std::vector<std::byte> b(petrel::wire::prefix_bytes + extra, fill);
-    std::memcpy(b.data(), &header, 4);
-    std::memcpy(b.data() + 4, &payload, 8);
+                              std::byte fill = std::byte{0},
+                              std::uint8_t major = petrel::wire::protocol_major) {
+    auto b = petrel::test::envelope_of(petrel::wire::message_kind::push, header, payload, major);
+    b.resize(b.size() + extra, fill);
     return b;
 }
 
@@ -117,6 +119,21 @@ TEST_CASE("tcp_transport: an invalid frame is reported through the log hook", "[
         std::this_thread::sleep_for(1ms);
     }
     CHECK_THAT(t.log.all(), Catch::Contains("invalid frame"));
+}
+
+TEST_CASE("tcp_transport: a peer of another major protocol version is refused, naming both",
+          "[transport][tcp]") {
+    target t;
+    const auto next = static_cast<std::uint8_t>(petrel::wire::protocol_major + 1);
+    REQUIRE(t.server_closes_after(prefix(4, 0, 4, std::byte{0}, next)));
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (t.log.size() == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    const std::string expected = "the peer speaks wire protocol " + std::to_string(next) + "." +
+                                 std::to_string(petrel::wire::protocol_minor) + ", this node " +
+                                 petrel::wire::version_text(petrel::wire::protocol_version);
+    CHECK_THAT(t.log.all(), Catch::Contains(expected));
 }
 
 TEST_CASE("tcp_transport: listen reports the bound port and refuses bad addresses",

@@ -2,6 +2,8 @@
 
 #include <petrel/wire/frame.hpp>
 
+#include "support/frames.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -15,7 +17,7 @@ using namespace petrel::wire;
 
 namespace {
 
-/// A header with every field set to something other than its default.
+/// A reply with every field a reply may carry set to something other than its default.
 message_header full_header() {
     message_header h;
     h.kind = message_kind::pull_reply;
@@ -34,26 +36,73 @@ message_header full_header() {
     h.worker = 5;
     h.clock = 0x0102030405060708ULL;
     h.encoding = encoding_values_snappy;
-    h.key_list_id = 0x1122334455667788ULL;
-    h.key_list_digest = 0x8877665544332211ULL;
     h.view = 0x0a0b0c0d0e0f1011ULL;
-    h.update_id = 0x1213141516171819ULL;
     h.clocks = {{0, 10, 1, 7}, {10, 20, 2, 9}, {20, 0xffffffffffffffffULL, 0xffffffffu, 1u << 31}};
     h.segment_bytes = {12, 3072, 40};
     return h;
 }
 
-/// The serialized header of `h` (without the frame prefix).
+/// The head of a frame carrying `h`: envelope and header body.
 std::vector<std::byte> serialize(const message_header& h) {
     message m;
     m.header = h;
     std::vector<std::byte> out;
     encode_head(m, out);
-    return {out.begin() + static_cast<std::ptrdiff_t>(prefix_bytes), out.end()};
+    return out;
 }
 
+/// A push with every field a push may carry set to something other than its default.
+message_header full_push() {
+    auto h = full_header();
+    h.kind = message_kind::push;
+    h.status = 0;
+    h.clocks.clear();
+    h.encoding = encoding_keys_store;
+    h.key_list_id = 0x1122334455667788ULL;
+    h.key_list_digest = 0x8877665544332211ULL;
+    h.update_id = 0x1213141516171819ULL;
+    return h;
+}
+
+/// Decodes a head as a receiver without a limit on payloads would.
 std::error_code decode(const std::vector<std::byte>& bytes, message_header& out) {
-    return decode_header(bytes, out);
+    wire_limits roomy;
+    roomy.max_frame_bytes = ~std::uint64_t{0};
+    frame_envelope e;
+    if (auto ec = parse_envelope(bytes, roomy, e)) {
+        return ec;
+    }
+    if (e.size == 0 || bytes.size() - e.size != e.body_bytes) {
+        return errc::malformed_header;
+    }
+    return decode_body(std::span(bytes).subspan(e.size), e, out);
+}
+
+/// The head of `h` as a sender of minor version `minor` writes it when that version
+/// added field `bit` (one this version does not know) and sets it to `value`.
+std::vector<std::byte> with_newer_field(const message_header& h, unsigned bit, std::uint64_t value,
+                                        std::uint8_t minor) {
+    std::vector<std::byte> body(wire::detail::body_bytes(h));
+    wire::detail::varint_writer w(body.data());
+    wire::detail::write_body(h, w);
+    const std::uint64_t mask = wire::detail::present_fields(h);
+    body.erase(body.begin(),
+               body.begin() + static_cast<std::ptrdiff_t>(wire::detail::varint_bytes(mask)));
+    std::vector<std::byte> grown(2 * wire::detail::max_varint_bytes);
+    wire::detail::varint_writer g(grown.data());
+    g.varint(mask | std::uint64_t{1} << bit);
+    const auto mask_end = static_cast<std::size_t>(g.position() - grown.data());
+    grown.resize(mask_end);
+    grown.insert(grown.end(), body.begin(), body.end());
+    std::vector<std::byte> extra(wire::detail::max_varint_bytes);
+    wire::detail::varint_writer e(extra.data());
+    e.varint(value);
+    extra.resize(static_cast<std::size_t>(e.position() - extra.data()));
+    grown.insert(grown.end(), extra.begin(), extra.end());
+    auto out =
+        test::envelope_of(h.kind, grown.size(), framed_payload_bytes(h), protocol_major, minor);
+    out.insert(out.end(), grown.begin(), grown.end());
+    return out;
 }
 
 } // namespace
@@ -72,36 +121,36 @@ TEST_CASE("header: defaults describe a valid empty push", "[wire]") {
     CHECK(h.segment_bytes == std::array<std::uint64_t, segment_count>{});
 }
 
-TEST_CASE("header: the magic number reads PTRL on the wire", "[wire]") {
+TEST_CASE("header: a frame starts with PT, the version and the kind", "[wire]") {
     char text[4];
     std::memcpy(text, &wire::magic, 4);
     CHECK(std::string(text, 4) == "PTRL");
-    const auto bytes = serialize(message_header{});
-    REQUIRE(bytes.size() >= 6);
-    CHECK(std::memcmp(bytes.data(), "PTRL", 4) == 0);
-    std::uint16_t version = 0;
-    std::memcpy(&version, bytes.data() + 4, 2);
-    CHECK(version == protocol_version);
+    message_header h;
+    h.kind = message_kind::clock_reply;
+    const auto bytes = serialize(h);
+    REQUIRE(bytes.size() >= wire::detail::envelope_fixed_bytes);
+    CHECK(std::memcmp(bytes.data(), "PT", 2) == 0);
+    CHECK(std::to_integer<int>(bytes[2]) == protocol_major);
+    CHECK(std::to_integer<int>(bytes[3]) == protocol_minor);
+    CHECK(std::to_integer<int>(bytes[4]) == static_cast<int>(message_kind::clock_reply));
+    STATIC_REQUIRE(protocol_version == (protocol_major << 8 | protocol_minor));
+    CHECK(version_text(protocol_version) ==
+          std::to_string(protocol_major) + "." + std::to_string(protocol_minor));
 }
 
-TEST_CASE("header: every field survives encode_head and decode_header", "[wire]") {
+TEST_CASE("header: every field survives encode_head and decode_head", "[wire]") {
     const auto h = full_header();
     message m;
     m.header = h;
     std::vector<std::byte> out{std::byte{1}, std::byte{2}}; // replaced, not appended to
     encode_head(m, out);
-    REQUIRE(out.size() > prefix_bytes);
-
-    std::uint32_t header_bytes = 0;
-    std::uint64_t payload_bytes = 0;
-    std::memcpy(&header_bytes, out.data(), 4);
-    std::memcpy(&payload_bytes, out.data() + 4, 8);
-    CHECK(header_bytes == out.size() - prefix_bytes);
-    CHECK(payload_bytes == padded(12) + padded(3072) + padded(40));
-    CHECK(payload_bytes == framed_payload_bytes(h));
+    CHECK(out.size() == head_bytes(h));
 
     message_header got;
-    REQUIRE_FALSE(decode_header(std::span(out).subspan(prefix_bytes), got));
+    std::uint64_t payload_bytes = 0;
+    REQUIRE_FALSE(decode_head(out, got, &payload_bytes));
+    CHECK(payload_bytes == padded(12) + padded(3072) + padded(40));
+    CHECK(payload_bytes == framed_payload_bytes(h));
     CHECK(got == h);
     CHECK(got.kind == message_kind::pull_reply);
     CHECK(got.flags == 0xa5);
@@ -122,6 +171,39 @@ TEST_CASE("header: every field survives encode_head and decode_header", "[wire]"
     CHECK(got.clocks[2].worker == 0xffffffffu);
     CHECK(got.clocks[2].clock == 1u << 31);
     CHECK(got.segment_bytes == std::array<std::uint64_t, segment_count>{12, 3072, 40});
+
+    const auto push = full_push();
+    REQUIRE_FALSE(decode(serialize(push), got));
+    CHECK(got == push);
+    CHECK(got.key_list_id == 0x1122334455667788ULL);
+    CHECK(got.key_list_digest == 0x8877665544332211ULL);
+    CHECK(got.update_id == 0x1213141516171819ULL);
+}
+
+TEST_CASE("header: each field round-trips alone, at its extremes", "[wire]") {
+    // One field away from its default at a time: the mask and that field's encoding.
+    for (unsigned i = 0; i < wire::detail::header_field_count; ++i) {
+        const auto f = static_cast<wire::detail::header_field>(i);
+        if (f == wire::detail::header_field::clocks) {
+            continue;
+        }
+        for (std::uint64_t v :
+             {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{0x7f}, std::uint64_t{0x80},
+              std::uint64_t{0xffffffff}, ~std::uint64_t{0}}) {
+            message_header h;
+            h.kind = message_kind::push;
+            if (f == wire::detail::header_field::status) {
+                h.kind = message_kind::push_reply;
+            }
+            if (!wire::detail::set_field(h, f, v)) {
+                continue; // does not fit the field
+            }
+            INFO("field " << i << " value " << v);
+            message_header got;
+            REQUIRE_FALSE(decode(serialize(h), got));
+            CHECK(got == h);
+        }
+    }
 }
 
 TEST_CASE("header: decoding replaces earlier contents", "[wire]") {
@@ -130,17 +212,41 @@ TEST_CASE("header: decoding replaces earlier contents", "[wire]") {
     CHECK(got == message_header{});
 }
 
-TEST_CASE("header: the serialized layout has a fixed size", "[wire]") {
-    // 91 bytes of scalar fields (with the worker index, clock, encoding and key list), a u32
-    // clock count, 3 u64 segment sizes; 28 bytes per clock entry.
-    CHECK(serialize(message_header{}).size() == 135);
-    auto h = message_header{};
-    h.clocks.resize(5);
-    CHECK(serialize(h).size() == 135 + 5 * 28);
+TEST_CASE("header: fields at their defaults are left out; sizes come from the encoder", "[wire]") {
+    // Envelope (magic, major, minor, kind, body and payload lengths) and an empty mask.
+    CHECK(serialize(message_header{}).size() == wire::detail::envelope_fixed_bytes + 3);
+    CHECK(head_bytes(message_header{}) == serialize(message_header{}).size());
+
+    // A one-key push as a worker sends it, and the server's reply.
+    message_header push;
+    push.request_id = 1000;
+    push.sender = 3;
+    push.receiver = 1;
+    push.range_begin = 42;
+    push.range_end = 43;
+    push.key_count = 1;
+    push.worker = 0;
+    push.clock = 5;
+    push.view = 2;
+    push.update_id = 0x9e3779b97f4a7c15ULL;
+    push.segment_bytes = {8, 4, 0};
+    CHECK(serialize(push).size() == head_bytes(push));
+    CHECK(head_bytes(push) <= 40);
+    auto reply = make_reply(push, message_kind::push_reply).header;
+    reply.clocks = {{42, 43, 0, 5}};
+    CHECK(serialize(reply).size() == head_bytes(reply));
+    CHECK(head_bytes(reply) <= 24);
+
+    auto h = full_header();
+    for (std::size_t clocks : {0, 1, 5}) {
+        h.clocks.assign(clocks, clock_entry{1, 2, 3, 4});
+        CHECK(serialize(h).size() == head_bytes(h));
+    }
 }
 
 TEST_CASE("header: the most clock entries allowed round-trip, one more is refused", "[wire]") {
     message_header h;
+    h.kind = message_kind::pull_reply;
     h.clocks.resize(max_clock_entries);
     for (std::uint32_t i = 0; i < max_clock_entries; ++i) {
         h.clocks[i] = {i, i + 1, i % 17, i * 3ULL};
@@ -155,7 +261,34 @@ TEST_CASE("header: the most clock entries allowed round-trip, one more is refuse
     CHECK(refused.clocks.size() <= max_clock_entries);
 }
 
-TEST_CASE("header: decode_header names what is wrong", "[wire]") {
+TEST_CASE("header: a newer minor version's fields are skipped, an older one's missing "
+          "fields take their defaults",
+          "[wire]") {
+    const auto h = full_header();
+    const auto next_minor = static_cast<std::uint8_t>(protocol_minor + 1);
+    for (unsigned bit : {unsigned{wire::detail::header_field_count}, 40u, 63u}) {
+        for (std::uint64_t value : {std::uint64_t{0}, std::uint64_t{300}, ~std::uint64_t{0}}) {
+            INFO("bit " << bit << " value " << value);
+            message_header got;
+            REQUIRE_FALSE(decode(with_newer_field(h, bit, value, next_minor), got));
+            CHECK(got.version == (protocol_major << 8 | next_minor));
+            got.version = protocol_version;
+            CHECK(got == h);
+        }
+    }
+    // A frame of this version, read as an older peer would: every field it sends is one
+    // that peer knows, and one it leaves out reads as its default.
+    message_header sparse;
+    sparse.kind = message_kind::pull;
+    sparse.request_id = 9;
+    message_header got = full_header();
+    REQUIRE_FALSE(decode(serialize(sparse), got));
+    CHECK(got == sparse);
+    CHECK(got.worker == no_worker);
+    CHECK(got.width == 1);
+}
+
+TEST_CASE("header: decode_head names what is wrong", "[wire]") {
     const auto good = serialize(full_header());
     message_header out;
 
@@ -163,15 +296,33 @@ TEST_CASE("header: decode_header names what is wrong", "[wire]") {
         auto b = good;
         b[0] = std::byte{'X'};
         CHECK(decode(b, out) == errc::bad_magic);
+        b = good;
+        b[1] = std::byte{'X'};
+        CHECK(decode(b, out) == errc::bad_magic);
     }
     SECTION("bad magic is reported even when the rest is missing") {
         std::vector<std::byte> b(4, std::byte{0});
         CHECK(decode(b, out) == errc::bad_magic);
     }
-    SECTION("another version") {
+    SECTION("another major version, before or after this one") {
+        for (int major : {protocol_major - 1, protocol_major + 1, 0, 255}) {
+            auto b = good;
+            b[2] = static_cast<std::byte>(major);
+            CHECK(decode(b, out) == errc::unsupported_version);
+        }
+    }
+    SECTION("another minor version is read") {
         auto b = good;
-        b[4] = std::byte{1}; // the version before clocks and calls
-        CHECK(decode(b, out) == errc::unsupported_version);
+        b[3] = static_cast<std::byte>(protocol_minor + 1);
+        REQUIRE_FALSE(decode(b, out));
+        CHECK(out.version == protocol_version + 1);
+    }
+    SECTION("an unknown kind") {
+        for (int kind : {0, 11, 255}) {
+            auto b = good;
+            b[4] = static_cast<std::byte>(kind);
+            CHECK(decode(b, out) == errc::bad_message_kind);
+        }
     }
     SECTION("cut short") {
         for (std::size_t n : {std::size_t{0}, std::size_t{2}, std::size_t{6}, good.size() - 1}) {
@@ -186,11 +337,55 @@ TEST_CASE("header: decode_header names what is wrong", "[wire]") {
         b.push_back(std::byte{0});
         CHECK(decode(b, out) == errc::malformed_header);
     }
-    SECTION("a clock count larger than the bytes that follow") {
-        auto b = serialize(message_header{});
-        const std::uint32_t n = 100;
-        std::memcpy(b.data() + 107, &n, 4);
+    SECTION("a body length over the limit") {
+        auto b = test::envelope_of(message_kind::push, wire_limits{}.max_header_bytes + 1, 0);
+        CHECK(decode(b, out) == errc::header_too_large);
+    }
+    SECTION("an empty body") {
+        CHECK(decode(test::envelope_of(message_kind::push, 0, 0), out) == errc::malformed_header);
+    }
+    SECTION("a number longer than 64 bits") {
+        auto b = test::envelope_of(message_kind::push, 11, 0);
+        for (int i = 0; i < 10; ++i) {
+            b.push_back(std::byte{0xff});
+        }
+        b.push_back(std::byte{0x01});
         CHECK(decode(b, out) == errc::malformed_header);
+    }
+    SECTION("a value too large for its field") {
+        // sender (bit 6) = 2^32: the field holds 32 bits.
+        auto b = test::envelope_of(message_kind::push, 6, 0);
+        for (int v : {0x40, 0x80, 0x80, 0x80, 0x80, 0x10}) {
+            b.push_back(static_cast<std::byte>(v));
+        }
+        CHECK(decode(b, out) == errc::malformed_header);
+    }
+    SECTION("a field the kind may not carry") {
+        message_header h;
+        h.kind = message_kind::push;
+        h.status = 3; // a status is a reply's
+        CHECK(decode(serialize(h), out) == errc::malformed_header);
+        h = message_header{};
+        h.kind = message_kind::pull;
+        h.clocks = {{0, 1, 0, 1}}; // clock entries are a reply's
+        CHECK(decode(serialize(h), out) == errc::malformed_header);
+        h = message_header{};
+        h.kind = message_kind::pull;
+        h.update_id = 7; // an update id is a push's
+        CHECK(decode(serialize(h), out) == errc::malformed_header);
+        h = message_header{};
+        h.kind = message_kind::clock;
+        h.key_list_id = 7; // key lists travel with pushes and pulls
+        CHECK(decode(serialize(h), out) == errc::malformed_header);
+    }
+    SECTION("a clock count larger than the bytes that follow") {
+        // clocks (bit 10): a count of 100 and no entries.
+        auto b = test::envelope_of(message_kind::pull_reply, 3, 0);
+        for (int v : {0x80, 0x08, 100}) {
+            b.push_back(static_cast<std::byte>(v));
+        }
+        CHECK(decode(b, out) == errc::malformed_header);
+        CHECK(out.clocks.empty());
     }
 }
 

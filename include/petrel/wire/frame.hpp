@@ -4,12 +4,10 @@
 #include <petrel/core/buffer_pool.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/wire/compression.hpp>
-#include <petrel/wire/detail/streambuf.hpp>
+#include <petrel/wire/detail/header_codec.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/key_cache.hpp>
 #include <petrel/wire/message.hpp>
-
-#include <cereal/archives/binary.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -19,6 +17,7 @@
 #include <istream>
 #include <ostream>
 #include <span>
+#include <string>
 #include <system_error>
 #include <type_traits>
 #include <vector>
@@ -36,11 +35,12 @@ struct wire_limits {
     std::size_t max_key_cache_bytes = std::size_t{64} << 20;
 };
 
-/// A frame is `prefix | header | segment 0 | pad | segment 1 | pad | segment 2 | pad`.
-/// The 12-byte prefix holds the header's length (u32) and the payload's length (u64),
-/// little-endian. Each segment is padded with zeros to a multiple of 8 bytes, so that
-/// every segment of a received payload is aligned for its scalar type.
-inline constexpr std::size_t prefix_bytes = 12;
+/// A frame is `envelope | header body | segment 0 | pad | segment 1 | pad | segment 2 | pad`.
+/// The envelope holds a magic number, the protocol version, the message kind and the
+/// lengths of the header body and of the payload (`detail/header_codec.hpp`); the body
+/// holds the header's fields that are away from their defaults. Each segment is padded
+/// with zeros to a multiple of 8 bytes, so that every segment of a received payload is
+/// aligned for its scalar type.
 inline constexpr std::size_t segment_alignment = 8;
 
 [[nodiscard]] constexpr std::uint64_t padded(std::uint64_t n) noexcept {
@@ -50,9 +50,15 @@ inline constexpr std::size_t segment_alignment = 8;
 /// Zero bytes for segment padding.
 inline constexpr std::array<std::byte, segment_alignment> padding_bytes{};
 
-struct frame_prefix {
-    std::uint32_t header_bytes = 0;
+/// What a frame's envelope says.
+struct frame_envelope {
+    /// The sender's protocol version (major << 8 | minor).
+    std::uint16_t version = 0;
+    message_kind kind = message_kind::push;
+    std::uint32_t body_bytes = 0;
     std::uint64_t payload_bytes = 0;
+    /// Bytes of the envelope itself; 0 while more bytes are needed to read it.
+    std::size_t size = 0;
 };
 
 /// Payload bytes of a frame carrying `h`: its segments, each padded.
@@ -64,163 +70,141 @@ struct frame_prefix {
     return n;
 }
 
-/// Bytes of the serialized header `h` (Cereal's binary archive writes each field as it
-/// is): 135 fixed bytes plus 28 per clock entry.
-inline constexpr std::uint64_t fixed_header_bytes = 135;
-inline constexpr std::uint64_t clock_entry_bytes = 28;
-
-[[nodiscard]] constexpr std::uint64_t encoded_header_bytes(const message_header& h) noexcept {
-    return fixed_header_bytes + clock_entry_bytes * static_cast<std::uint64_t>(h.clocks.size());
+/// Bytes of the envelope and header body of a frame carrying `h`, as the encoder writes
+/// them.
+[[nodiscard]] inline std::uint64_t head_bytes(const message_header& h) noexcept {
+    const std::size_t body = detail::body_bytes(h);
+    return detail::envelope_fixed_bytes + detail::varint_bytes(body) +
+           detail::varint_bytes(framed_payload_bytes(h)) + body;
 }
 
-/// Bytes a frame carrying `h` takes on the wire: prefix, header and padded segments.
+/// Bytes a frame carrying `h` takes on the wire: envelope, header body and padded
+/// segments.
 [[nodiscard]] inline std::uint64_t frame_bytes(const message_header& h) noexcept {
-    return prefix_bytes + encoded_header_bytes(h) + framed_payload_bytes(h);
+    return head_bytes(h) + framed_payload_bytes(h);
 }
 
-namespace detail {
+/// "3.0": a protocol version as people read it.
+[[nodiscard]] inline std::string version_text(std::uint16_t version) {
+    return std::to_string(major_of(version)) + "." + std::to_string(minor_of(version));
+}
 
-// The header's bytes as Cereal's binary archive writes them (`message_header::save`):
-// each field as it lies in memory, little-endian (the only byte order Petrel runs on),
-// enums as their one-byte underlying type. Written and read here field by field, without
-// a stream or an archive; `message_header::save` and `load` stay the reference.
-static_assert(std::endian::native == std::endian::little);
-
-class header_writer {
-public:
-    explicit header_writer(std::byte* at) noexcept : at_(at) {}
-    template <typename... T>
-    void operator()(const T&... v) noexcept {
-        (put(v), ...);
-    }
-    [[nodiscard]] std::byte* position() const noexcept { return at_; }
-
-private:
-    template <typename T>
-    void put(const T& v) noexcept {
-        static_assert(std::is_trivially_copyable_v<T> &&
-                      (std::is_arithmetic_v<T> || std::is_enum_v<T>));
-        std::memcpy(at_, &v, sizeof(T));
-        at_ += sizeof(T);
-    }
-    std::byte* at_;
-};
-
-class header_reader {
-public:
-    explicit header_reader(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}
-    /// Reads each of `v` in turn; false (and stops) where the bytes run out.
-    template <typename... T>
-    bool operator()(T&... v) noexcept {
-        return (get(v) && ...);
-    }
-    [[nodiscard]] bool at_end() const noexcept { return at_ == bytes_.size(); }
-
-private:
-    template <typename T>
-    bool get(T& v) noexcept {
-        static_assert(std::is_trivially_copyable_v<T> &&
-                      (std::is_arithmetic_v<T> || std::is_enum_v<T>));
-        if (bytes_.size() - at_ < sizeof(T)) {
-            return false;
-        }
-        std::memcpy(&v, bytes_.data() + at_, sizeof(T));
-        at_ += sizeof(T);
-        return true;
-    }
-    std::span<const std::byte> bytes_;
-    std::size_t at_ = 0;
-};
-
-} // namespace detail
-
-/// Writes the prefix and the serialized header of `m` at `out`, which has room for
-/// `prefix_bytes + encoded_header_bytes(m.header)` bytes; returns that many. The segments
-/// follow on the wire as they are, each padded.
-inline std::size_t encode_head_into(const message& m, std::byte* out) {
+/// Writes the envelope and header body of `m` at `out`, which has room for
+/// `head_bytes(m.header)` bytes; returns that many. The segments follow on the wire as
+/// they are, each padded.
+inline std::size_t encode_head_into(const message& m, std::byte* out) noexcept {
     const auto& h = m.header;
-    const auto header_bytes = static_cast<std::uint32_t>(encoded_header_bytes(h));
-    detail::header_writer w(out + prefix_bytes);
-    w(h.magic, h.version, h.kind, h.flags, h.sender, h.receiver, h.request_id, h.table_id,
-      h.key_type, h.value_type, h.width, h.status, h.range_begin, h.range_end, h.key_count,
-      h.worker, h.clock, h.encoding, h.key_list_id, h.key_list_digest, h.view, h.update_id);
-    w(static_cast<std::uint32_t>(h.clocks.size()));
-    for (const auto& c : h.clocks) {
-        w(c.begin, c.end, c.worker, c.clock);
-    }
-    for (auto n : h.segment_bytes) {
-        w(n);
-    }
-    const std::uint64_t payload = framed_payload_bytes(h);
-    std::memcpy(out, &header_bytes, 4);
-    std::memcpy(out + 4, &payload, 8);
-    return prefix_bytes + header_bytes;
+    const std::size_t body = detail::body_bytes(h);
+    detail::varint_writer w(out);
+    w.byte(static_cast<std::uint8_t>(detail::envelope_magic & 0xFF));
+    w.byte(static_cast<std::uint8_t>(detail::envelope_magic >> 8));
+    w.byte(protocol_major);
+    w.byte(protocol_minor);
+    w.byte(static_cast<std::uint8_t>(h.kind));
+    w.varint(body);
+    w.varint(framed_payload_bytes(h));
+    detail::write_body(h, w);
+    return static_cast<std::size_t>(w.position() - out);
 }
 
-/// Writes the prefix and the serialized header of `m` into `out` (replacing its
-/// contents). The segments follow on the wire as they are, each padded.
+/// Writes the envelope and header body of `m` into `out` (replacing its contents). The
+/// segments follow on the wire as they are, each padded.
 inline void encode_head(const message& m, std::vector<std::byte>& out) {
-    out.resize(prefix_bytes + encoded_header_bytes(m.header));
+    out.resize(head_bytes(m.header));
     encode_head_into(m, out.data());
 }
 
-/// Checks a prefix against the limits.
-[[nodiscard]] inline std::error_code parse_prefix(std::span<const std::byte, prefix_bytes> bytes,
-                                                  const wire_limits& limits, frame_prefix& out) {
-    std::memcpy(&out.header_bytes, bytes.data(), 4);
-    std::memcpy(&out.payload_bytes, bytes.data() + 4, 8);
-    if (out.header_bytes > limits.max_header_bytes) {
+/// Reads an envelope from the start of `bytes` and checks it against the limits: magic
+/// first, then the major version, the kind and the lengths. Leaves `out.size` 0 when
+/// `bytes` ends before the envelope does. `out.version` holds the peer's version from
+/// the version check on, also when it is refused.
+[[nodiscard]] inline std::error_code
+parse_envelope(std::span<const std::byte> bytes, const wire_limits& limits, frame_envelope& out) {
+    out.size = 0;
+    detail::varint_reader r(bytes);
+    std::uint8_t b0 = 0;
+    std::uint8_t b1 = 0;
+    if (!r.byte(b0)) {
+        return {};
+    }
+    if (b0 != (detail::envelope_magic & 0xFF)) {
+        return errc::bad_magic;
+    }
+    if (!r.byte(b1)) {
+        return {};
+    }
+    if (b1 != (detail::envelope_magic >> 8)) {
+        return errc::bad_magic;
+    }
+    std::uint8_t major = 0;
+    std::uint8_t minor = 0;
+    if (!r.byte(major) || !r.byte(minor)) {
+        return {};
+    }
+    out.version = static_cast<std::uint16_t>(major << 8 | minor);
+    if (major != protocol_major) {
+        return errc::unsupported_version;
+    }
+    std::uint8_t kind = 0;
+    if (!r.byte(kind)) {
+        return {};
+    }
+    out.kind = static_cast<message_kind>(kind);
+    if (!is_known(out.kind)) {
+        return errc::bad_message_kind;
+    }
+    std::uint64_t body = 0;
+    std::uint64_t payload = 0;
+    if (!r.varint(body) || !r.varint(payload)) {
+        // Out of bytes, or a number longer than 10 bytes.
+        return r.remaining() == 0 && bytes.size() < detail::max_envelope_bytes
+                   ? std::error_code{}
+                   : errc::malformed_header;
+    }
+    if (body > limits.max_header_bytes) {
         return errc::header_too_large;
     }
-    if (out.header_bytes < 6) {
-        return errc::malformed_header;
+    if (body == 0) {
+        return errc::malformed_header; // a body has at least its presence mask
     }
-    if (out.payload_bytes > limits.max_frame_bytes) {
+    if (payload > limits.max_frame_bytes) {
         return errc::frame_too_large;
     }
+    out.body_bytes = static_cast<std::uint32_t>(body);
+    out.payload_bytes = payload;
+    out.size = r.position();
     return {};
 }
 
-/// Deserializes a header from exactly `bytes`; checks magic and version first. Never
-/// allocates more than `max_clock_entries` clock entries, whatever the bytes say.
-[[nodiscard]] inline std::error_code decode_header(std::span<const std::byte> bytes,
-                                                   message_header& out) {
-    detail::header_reader r(bytes);
-    auto& h = out;
-    if (!r(h.magic)) {
+/// Reads the header body `body` of a frame whose envelope is `envelope` into `out`:
+/// its fields (those of a newer minor version skipped, those its kind may not carry
+/// refused), and never more than `max_clock_entries` clock entries, whatever the bytes
+/// say.
+[[nodiscard]] inline std::error_code
+decode_body(std::span<const std::byte> body, const frame_envelope& envelope, message_header& out) {
+    out = message_header{};
+    out.version = envelope.version;
+    out.kind = envelope.kind;
+    detail::varint_reader r(body);
+    return detail::read_body(r, out);
+}
+
+/// Decodes a whole head (envelope and header body) from exactly `bytes`, under the
+/// default limits; `payload_bytes` receives what the envelope says follows.
+[[nodiscard]] inline std::error_code decode_head(std::span<const std::byte> bytes,
+                                                 message_header& out,
+                                                 std::uint64_t* payload_bytes = nullptr) {
+    frame_envelope e;
+    if (auto ec = parse_envelope(bytes, wire_limits{}, e)) {
+        return ec;
+    }
+    if (e.size == 0 || bytes.size() - e.size != e.body_bytes) {
         return errc::malformed_header;
     }
-    if (h.magic != wire::magic) {
-        return errc::bad_magic;
+    if (payload_bytes) {
+        *payload_bytes = e.payload_bytes;
     }
-    if (!r(h.version)) {
-        return errc::malformed_header;
-    }
-    if (h.version != protocol_version) {
-        return errc::unsupported_version;
-    }
-    std::uint32_t n = 0;
-    if (!r(h.kind, h.flags, h.sender, h.receiver, h.request_id, h.table_id, h.key_type,
-           h.value_type, h.width, h.status, h.range_begin, h.range_end, h.key_count, h.worker,
-           h.clock, h.encoding, h.key_list_id, h.key_list_digest, h.view, h.update_id, n) ||
-        n > max_clock_entries) {
-        return errc::malformed_header;
-    }
-    if (bytes.size() != fixed_header_bytes + clock_entry_bytes * std::uint64_t{n}) {
-        return errc::malformed_header; // checked before the entries are allocated
-    }
-    try {
-        h.clocks.resize(n);
-    } catch (const std::exception&) {
-        return errc::malformed_header;
-    }
-    for (auto& c : h.clocks) {
-        r(c.begin, c.end, c.worker, c.clock);
-    }
-    for (auto& s : h.segment_bytes) {
-        r(s);
-    }
-    return r.at_end() ? std::error_code{} : errc::malformed_header;
+    return decode_body(bytes.subspan(e.size), e, out);
 }
 
 namespace detail {
@@ -466,7 +450,7 @@ namespace detail {
     if (m.header.magic != wire::magic) {
         return errc::bad_magic;
     }
-    if (m.header.version != protocol_version) {
+    if (major_of(m.header.version) != protocol_major) {
         return errc::unsupported_version;
     }
     return check_header(m.header, payload);
@@ -480,10 +464,12 @@ namespace detail {
 /// key count, width and types: nothing is allocated for a block of the wrong size); a key list
 /// reference is replaced by the keys `cache` holds, or left as it is when it holds none (the server
 /// answers `errc::key_cache_miss`); keys are checked (`check_payload`); keys sent to be kept are
-/// checked against their digest and kept in `cache`. Sets `m.received_bytes`.
+/// checked against their digest and kept in `cache`. Sets `m.received_bytes` and
+/// `m.received_head_bytes`.
 [[nodiscard]] inline std::error_code receive(message& m, const wire_limits& limits,
                                              buffer_pool& pool, key_cache_receiver* cache) {
     auto& h = m.header;
+    m.received_head_bytes = head_bytes(h);
     m.received_bytes = framed_payload_bytes(h);
     m.received_values_bytes = h.segment_bytes[values_segment];
     if ((h.encoding & encoding_snappy_mask) != 0) {
@@ -548,7 +534,7 @@ namespace detail {
 /// Incremental and socket-free: the owner reads into `buffer()` and reports how much
 /// arrived with `consume()`. Small frames are parsed from one staging buffer, several
 /// per read; the payload of a large frame is read straight into a pooled buffer of its
-/// exact size, allocated only after the prefix and the header were checked against
+/// exact size, allocated only after the envelope and the header were checked against
 /// the limits. After an error the decoder stays failed: close the connection.
 ///
 /// @par Thread Safety
@@ -557,7 +543,8 @@ class frame_decoder {
 public:
     frame_decoder(wire_limits limits, std::shared_ptr<buffer_pool> pool)
         : limits_(limits), pool_(std::move(pool)), key_cache_(limits.max_key_cache_bytes),
-          staging_(std::max<std::size_t>(64 * 1024, prefix_bytes + limits.max_header_bytes)) {}
+          staging_(std::max<std::size_t>(64 * 1024,
+                                         detail::max_envelope_bytes + limits.max_header_bytes)) {}
 
     /// Where the next bytes from the stream go. Never empty unless the decoder failed.
     [[nodiscard]] std::span<std::byte> buffer() noexcept {
@@ -595,33 +582,29 @@ public:
                 continue;
             }
             const std::size_t avail = end_ - begin_;
-            if (avail < prefix_bytes) {
-                break;
-            }
-            frame_prefix prefix;
-            if (auto ec = parse_prefix(std::span<const std::byte, prefix_bytes>(
-                                           staging_.data() + begin_, prefix_bytes),
-                                       limits_, prefix)) {
+            frame_envelope envelope;
+            if (auto ec = parse_envelope({staging_.data() + begin_, avail}, limits_, envelope)) {
+                peer_version_ = envelope.version;
                 return fail(ec);
             }
-            if (avail < prefix_bytes + prefix.header_bytes) {
+            if (envelope.size == 0 || avail - envelope.size < envelope.body_bytes) {
                 break;
             }
             current_ = message{};
             if (auto ec =
-                    decode_header({staging_.data() + begin_ + prefix_bytes, prefix.header_bytes},
-                                  current_.header)) {
+                    decode_body({staging_.data() + begin_ + envelope.size, envelope.body_bytes},
+                                envelope, current_.header)) {
                 return fail(ec);
             }
-            if (auto ec = check_header(current_.header, prefix.payload_bytes)) {
+            if (auto ec = check_header(current_.header, envelope.payload_bytes)) {
                 return fail(ec);
             }
-            begin_ += prefix_bytes + prefix.header_bytes;
-            body_ = prefix.payload_bytes == 0 ? pooled_buffer{}
-                    : prefix.payload_bytes <= small_body_bytes
-                        ? small_body(prefix.payload_bytes)
-                        : pool_->acquire(prefix.payload_bytes);
-            const std::size_t staged = std::min<std::size_t>(end_ - begin_, prefix.payload_bytes);
+            begin_ += envelope.size + envelope.body_bytes;
+            const std::uint64_t payload = envelope.payload_bytes;
+            body_ = payload == 0                  ? pooled_buffer{}
+                    : payload <= small_body_bytes ? small_body(payload)
+                                                  : pool_->acquire(payload);
+            const std::size_t staged = std::min<std::size_t>(end_ - begin_, payload);
             if (staged) {
                 std::memcpy(body_.data(), staging_.data() + begin_, staged);
             }
@@ -632,7 +615,8 @@ public:
         // Keep the unparsed tail at the front, so buffer() has room for a whole header.
         if (begin_ == end_) {
             begin_ = end_ = 0;
-        } else if (begin_ > 0 && staging_.size() - end_ < prefix_bytes + limits_.max_header_bytes) {
+        } else if (begin_ > 0 &&
+                   staging_.size() - end_ < detail::max_envelope_bytes + limits_.max_header_bytes) {
             std::memmove(staging_.data(), staging_.data() + begin_, end_ - begin_);
             end_ -= begin_;
             begin_ = 0;
@@ -641,6 +625,17 @@ public:
     }
 
     [[nodiscard]] std::error_code error() const noexcept { return failed_; }
+
+    /// What the error says in words, with the versions of both sides where the peer
+    /// speaks another major version of the protocol.
+    [[nodiscard]] std::string error_text() const {
+        if (failed_ == errc::unsupported_version) {
+            return failed_.message() + " (the peer speaks wire protocol " +
+                   version_text(peer_version_) + ", this node " + version_text(protocol_version) +
+                   ")";
+        }
+        return failed_.message();
+    }
 
     /// The key lists this connection's peer asked to keep.
     [[nodiscard]] const key_cache_receiver& key_cache() const noexcept { return key_cache_; }
@@ -690,6 +685,7 @@ private:
     std::size_t body_filled_ = 0;
     message current_;
     std::error_code failed_;
+    std::uint16_t peer_version_ = 0;
 };
 
 } // namespace petrel::wire

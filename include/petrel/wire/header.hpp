@@ -4,14 +4,11 @@
 #include <petrel/core/clock_entry.hpp>
 #include <petrel/core/key.hpp>
 
-#include <cereal/archives/binary.hpp>
-
 #include <array>
 #include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -20,10 +17,23 @@ namespace petrel::wire {
 static_assert(std::endian::native == std::endian::little,
               "Petrel's wire format is little-endian; big-endian hosts are not supported");
 
-/// "PTRL" read as a little-endian 32-bit number.
+/// "PTRL" read as a little-endian 32-bit number: `message_header::magic` of every
+/// well-formed message (a frame's envelope carries its own, shorter magic).
 inline constexpr std::uint32_t magic = 0x4C525450;
-/// Bumped on every incompatible change of the header, frame or control message layout.
-inline constexpr std::uint16_t protocol_version = 5;
+/// The wire protocol's version. Peers of one major version work together whatever their
+/// minor versions: a newer minor only adds optional header fields, which an older peer
+/// skips (`detail/header_codec.hpp`). A peer of another major version is refused.
+inline constexpr std::uint8_t protocol_major = 6;
+inline constexpr std::uint8_t protocol_minor = 0;
+/// `message_header::version`: major << 8 | minor.
+inline constexpr std::uint16_t protocol_version =
+    static_cast<std::uint16_t>(protocol_major << 8 | protocol_minor);
+[[nodiscard]] constexpr std::uint8_t major_of(std::uint16_t version) noexcept {
+    return static_cast<std::uint8_t>(version >> 8);
+}
+[[nodiscard]] constexpr std::uint8_t minor_of(std::uint16_t version) noexcept {
+    return static_cast<std::uint8_t>(version & 0xFF);
+}
 /// The most clock entries one header may carry (bounds what a decoder allocates).
 inline constexpr std::uint32_t max_clock_entries = 4096;
 /// The largest body of a control message (membership, barriers, heartbeats).
@@ -171,12 +181,16 @@ using clock_entry = petrel::clock_entry;
 enum segment : std::size_t { keys_segment = 0, values_segment = 1, lengths_segment = 2 };
 inline constexpr std::size_t segment_count = 3;
 
-/// The header of every message, serialized with Cereal's binary archive.
+/// The header of every message, as the receiver's code reads it.
 ///
-/// The payload (keys, values, optional per-key lengths) follows as raw bytes whose sizes
-/// are in `segment_bytes`; see `frame.hpp` for the frame layout and validation.
+/// On the wire a header is an envelope and a body that carries only the fields away
+/// from their defaults and allowed for its kind (`detail/header_codec.hpp`). The payload
+/// (keys, values, optional per-key lengths) follows as raw bytes whose sizes are in
+/// `segment_bytes`; see `frame.hpp` for the frame layout and validation.
 struct message_header {
     std::uint32_t magic = wire::magic;
+    /// The sender's protocol version (`protocol_version`; a received header holds the
+    /// version its sender wrote).
     std::uint16_t version = protocol_version;
     message_kind kind = message_kind::push;
     std::uint8_t flags = 0;
@@ -219,50 +233,6 @@ struct message_header {
     std::array<std::uint64_t, segment_count> segment_bytes{};
 
     friend bool operator==(const message_header&, const message_header&) = default;
-
-    template <class Archive>
-    void save(Archive& ar) const {
-        ar(magic, version, kind, flags, sender, receiver, request_id, table_id, key_type,
-           value_type, width, status, range_begin, range_end, key_count, worker, clock, encoding,
-           key_list_id, key_list_digest, view, update_id);
-        const auto n = static_cast<std::uint32_t>(clocks.size());
-        ar(n);
-        for (const auto& c : clocks) {
-            ar(c);
-        }
-        for (auto s : segment_bytes) {
-            ar(s);
-        }
-    }
-
-    /// Reads magic and version first and stops at the first mismatch, and never
-    /// allocates more than `max_clock_entries` entries, whatever the bytes say.
-    template <class Archive>
-    void load(Archive& ar) {
-        ar(magic);
-        if (magic != wire::magic) {
-            return;
-        }
-        ar(version);
-        if (version != protocol_version) {
-            return;
-        }
-        ar(kind, flags, sender, receiver, request_id, table_id, key_type, value_type, width, status,
-           range_begin, range_end, key_count, worker, clock, encoding, key_list_id, key_list_digest,
-           view, update_id);
-        std::uint32_t n = 0;
-        ar(n);
-        if (n > max_clock_entries) {
-            throw std::length_error("too many clock entries");
-        }
-        clocks.resize(n);
-        for (auto& c : clocks) {
-            ar(c);
-        }
-        for (auto& s : segment_bytes) {
-            ar(s);
-        }
-    }
 };
 
 } // namespace petrel::wire

@@ -26,6 +26,8 @@ struct message {
     std::uint64_t received_bytes = 0;
     /// On a received message: the values segment's bytes as they arrived.
     std::uint64_t received_values_bytes = 0;
+    /// On a received message: the bytes of its envelope and header body as they arrived.
+    std::uint64_t received_head_bytes = 0;
 
     /// Sets segment `s` and records its size in the header.
     void set_segment(segment s, shared_bytes bytes) {

@@ -37,9 +37,7 @@ namespace send_pipeline_count {
 /// Counts a reply that arrived (request ids start at 1: an id of 0 is a failure).
 inline void reply(wire::detail::traffic_counters& c, const wire::message& r) {
     c.replies.fetch_add(1, std::memory_order_relaxed);
-    c.received_bytes.fetch_add(wire::prefix_bytes + wire::encoded_header_bytes(r.header) +
-                                   r.received_bytes,
-                               std::memory_order_relaxed);
+    c.received_bytes.fetch_add(r.received_head_bytes + r.received_bytes, std::memory_order_relaxed);
 }
 
 } // namespace send_pipeline_count

@@ -377,7 +377,7 @@ private:
             if (err) {
                 if (log_) {
                     log_(log_level::warning, "closing connection with " + remote_ +
-                                                 ": invalid frame: " + err.message());
+                                                 ": invalid frame: " + decoder_.error_text());
                 }
                 finish(err);
                 co_return;

@@ -1,0 +1,444 @@
+// Petrel: the encoding of a frame's envelope and header body (wire protocol 6).
+#pragma once
+
+#include <petrel/core/error.hpp>
+#include <petrel/wire/header.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <system_error>
+
+namespace petrel::wire::detail {
+
+// A frame starts with an envelope:
+//
+//   magic (u16, "PT") | major (u8) | minor (u8) | kind (u8) | body bytes (varint)
+//   | payload bytes (varint)
+//
+// and a header body: a presence mask (varint), then each field whose bit is set, in bit
+// order. A field at its default value is left out. Unsigned numbers are LEB128 varints
+// (7 bits per byte, low first, at most 10 bytes); the two random 64-bit fields (an update
+// id and a key list digest) are 8 little-endian bytes. Compatibility between minor
+// versions rests on two rules: a newer minor adds fields only with new, higher bits, and
+// every field it adds is a varint. A reader skips the varints of bits it does not know
+// and takes a missing field as its default. A peer of another major version is refused.
+
+/// The fields of a header body, by presence bit. Numbers are fixed: they are on the wire.
+enum class header_field : unsigned {
+    request_id = 0,
+    keys_bytes, ///< segment sizes
+    values_bytes,
+    key_count,
+    range_begin,
+    range_length, ///< range_end - range_begin, modulo 2^64
+    sender,
+    receiver,
+    worker, ///< absent: `no_worker`
+    clock,
+    clocks, ///< count, then per entry: begin and end as zigzag differences from
+            ///< the range's begin and end, the worker and the clock
+    status,
+    update_id, ///< 8 bytes
+    view,
+    table_id,
+    width, ///< absent: 1
+    types, ///< key type << 4 | value type; absent: u64 keys, f32 values
+    flags,
+    encoding,
+    key_list_id,
+    key_list_digest, ///< 8 bytes
+    lengths_bytes,
+};
+inline constexpr unsigned header_field_count = 22;
+
+[[nodiscard]] constexpr std::uint64_t field_bit(header_field f) noexcept {
+    return std::uint64_t{1} << static_cast<unsigned>(f);
+}
+
+/// The fields each kind may carry: a status and clock entries only on replies (and a
+/// status on control messages, whose failures travel both ways); an update id only on
+/// a push; a key list only on a push or pull. A body with a field its kind may not carry
+/// is malformed.
+[[nodiscard]] constexpr std::uint64_t allowed_fields(message_kind k) noexcept {
+    constexpr std::uint64_t all = (std::uint64_t{1} << header_field_count) - 1;
+    std::uint64_t m = all;
+    if (!is_reply(k)) {
+        m &= ~field_bit(header_field::clocks);
+        if (k != message_kind::control) {
+            m &= ~field_bit(header_field::status);
+        }
+    }
+    if (k != message_kind::push) {
+        m &= ~field_bit(header_field::update_id);
+    }
+    if (k != message_kind::push && k != message_kind::pull) {
+        m &= ~(field_bit(header_field::key_list_id) | field_bit(header_field::key_list_digest));
+    }
+    return m;
+}
+
+inline constexpr std::uint16_t envelope_magic = 0x5450; // "PT", little-endian
+/// magic, major, minor, kind: the fixed part of the envelope.
+inline constexpr std::size_t envelope_fixed_bytes = 5;
+/// The longest varint: 64 bits, 7 per byte.
+inline constexpr std::size_t max_varint_bytes = 10;
+/// The longest envelope: its fixed part and two varints.
+inline constexpr std::size_t max_envelope_bytes = envelope_fixed_bytes + 2 * max_varint_bytes;
+
+[[nodiscard]] constexpr std::size_t varint_bytes(std::uint64_t v) noexcept {
+    std::size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        ++n;
+    }
+    return n;
+}
+
+[[nodiscard]] constexpr std::uint64_t zigzag(std::uint64_t difference) noexcept {
+    return (difference << 1) ^ (0 - (difference >> 63));
+}
+[[nodiscard]] constexpr std::uint64_t unzigzag(std::uint64_t z) noexcept {
+    return (z >> 1) ^ (0 - (z & 1));
+}
+
+[[nodiscard]] constexpr bool is_fixed64(header_field f) noexcept {
+    return f == header_field::update_id || f == header_field::key_list_digest;
+}
+
+/// The value a scalar field of `h` is encoded from (every field but `clocks`).
+[[nodiscard]] constexpr std::uint64_t field_value(const message_header& h,
+                                                  header_field f) noexcept {
+    switch (f) {
+    case header_field::request_id:
+        return h.request_id;
+    case header_field::keys_bytes:
+        return h.segment_bytes[keys_segment];
+    case header_field::values_bytes:
+        return h.segment_bytes[values_segment];
+    case header_field::key_count:
+        return h.key_count;
+    case header_field::range_begin:
+        return h.range_begin;
+    case header_field::range_length:
+        return h.range_end - h.range_begin;
+    case header_field::sender:
+        return h.sender;
+    case header_field::receiver:
+        return h.receiver;
+    case header_field::worker:
+        return h.worker;
+    case header_field::clock:
+        return h.clock;
+    case header_field::clocks:
+        return h.clocks.size();
+    case header_field::status:
+        return h.status;
+    case header_field::update_id:
+        return h.update_id;
+    case header_field::view:
+        return h.view;
+    case header_field::table_id:
+        return h.table_id;
+    case header_field::width:
+        return h.width;
+    case header_field::types:
+        return static_cast<std::uint64_t>(h.key_type) << 4 |
+               static_cast<std::uint64_t>(h.value_type);
+    case header_field::flags:
+        return h.flags;
+    case header_field::encoding:
+        return h.encoding;
+    case header_field::key_list_id:
+        return h.key_list_id;
+    case header_field::key_list_digest:
+        return h.key_list_digest;
+    case header_field::lengths_bytes:
+        return h.segment_bytes[lengths_segment];
+    }
+    return 0;
+}
+
+/// The value of each field when it is left out: that of a default `message_header`.
+[[nodiscard]] inline std::uint64_t default_value(header_field f) noexcept {
+    static const message_header blank{};
+    return field_value(blank, f);
+}
+
+/// Sets field `f` of `h` from its decoded value; false where the value does not fit.
+[[nodiscard]] inline bool set_field(message_header& h, header_field f, std::uint64_t v) noexcept {
+    auto narrow = [v](auto& out) {
+        using T = std::remove_reference_t<decltype(out)>;
+        if (v > std::uint64_t{static_cast<T>(~T{})}) {
+            return false;
+        }
+        out = static_cast<T>(v);
+        return true;
+    };
+    switch (f) {
+    case header_field::request_id:
+        h.request_id = v;
+        return true;
+    case header_field::keys_bytes:
+        h.segment_bytes[keys_segment] = v;
+        return true;
+    case header_field::values_bytes:
+        h.segment_bytes[values_segment] = v;
+        return true;
+    case header_field::key_count:
+        h.key_count = v;
+        return true;
+    case header_field::range_begin:
+        h.range_begin = v;
+        h.range_end = v; // an empty range unless its length follows
+        return true;
+    case header_field::range_length:
+        h.range_end = h.range_begin + v; // range_begin precedes it
+        return true;
+    case header_field::sender:
+        return narrow(h.sender);
+    case header_field::receiver:
+        return narrow(h.receiver);
+    case header_field::worker:
+        return narrow(h.worker);
+    case header_field::clock:
+        h.clock = v;
+        return true;
+    case header_field::clocks:
+        return false; // read on its own
+    case header_field::status:
+        return narrow(h.status);
+    case header_field::update_id:
+        h.update_id = v;
+        return true;
+    case header_field::view:
+        h.view = v;
+        return true;
+    case header_field::table_id:
+        return narrow(h.table_id);
+    case header_field::width:
+        return narrow(h.width);
+    case header_field::types:
+        if (v > 0xFF) {
+            return false;
+        }
+        h.key_type = static_cast<scalar_type>(v >> 4);
+        h.value_type = static_cast<scalar_type>(v & 0xF);
+        return true;
+    case header_field::flags:
+        return narrow(h.flags);
+    case header_field::encoding:
+        return narrow(h.encoding);
+    case header_field::key_list_id:
+        h.key_list_id = v;
+        return true;
+    case header_field::key_list_digest:
+        h.key_list_digest = v;
+        return true;
+    case header_field::lengths_bytes:
+        h.segment_bytes[lengths_segment] = v;
+        return true;
+    }
+    return false;
+}
+
+/// The presence mask of `h`: a bit for every field away from its default.
+[[nodiscard]] inline std::uint64_t present_fields(const message_header& h) noexcept {
+    std::uint64_t mask = 0;
+    for (unsigned i = 0; i < header_field_count; ++i) {
+        const auto f = static_cast<header_field>(i);
+        const bool present =
+            f == header_field::clocks ? !h.clocks.empty() : field_value(h, f) != default_value(f);
+        if (present) {
+            mask |= std::uint64_t{1} << i;
+        }
+    }
+    return mask;
+}
+
+[[nodiscard]] inline std::size_t clock_entry_bytes(const message_header& h,
+                                                   const clock_entry& c) noexcept {
+    return varint_bytes(zigzag(c.begin - h.range_begin)) +
+           varint_bytes(zigzag(c.end - h.range_end)) + varint_bytes(c.worker) +
+           varint_bytes(c.clock);
+}
+
+/// Bytes of the header body of `h` (mask and fields).
+[[nodiscard]] inline std::size_t body_bytes(const message_header& h) noexcept {
+    const std::uint64_t mask = present_fields(h);
+    std::size_t n = varint_bytes(mask);
+    for (unsigned i = 0; i < header_field_count; ++i) {
+        if ((mask >> i & 1) == 0) {
+            continue;
+        }
+        const auto f = static_cast<header_field>(i);
+        const std::uint64_t v = field_value(h, f);
+        n += is_fixed64(f) ? 8 : varint_bytes(v);
+        if (f == header_field::clocks) {
+            for (const auto& c : h.clocks) {
+                n += clock_entry_bytes(h, c);
+            }
+        }
+    }
+    return n;
+}
+
+/// Writes into memory the caller sized.
+class varint_writer {
+public:
+    explicit varint_writer(std::byte* at) noexcept : at_(at) {}
+    void varint(std::uint64_t v) noexcept {
+        while (v >= 0x80) {
+            *at_++ = static_cast<std::byte>(v | 0x80);
+            v >>= 7;
+        }
+        *at_++ = static_cast<std::byte>(v);
+    }
+    void fixed64(std::uint64_t v) noexcept {
+        std::memcpy(at_, &v, 8);
+        at_ += 8;
+    }
+    void byte(std::uint8_t v) noexcept { *at_++ = static_cast<std::byte>(v); }
+    [[nodiscard]] std::byte* position() const noexcept { return at_; }
+
+private:
+    std::byte* at_;
+};
+
+/// Reads from a span; every read says whether the bytes held what it wanted.
+class varint_reader {
+public:
+    explicit varint_reader(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}
+    /// False where the bytes run out or the number takes more than 64 bits.
+    [[nodiscard]] bool varint(std::uint64_t& out) noexcept {
+        std::uint64_t v = 0;
+        for (unsigned shift = 0; shift < 7 * max_varint_bytes; shift += 7) {
+            if (at_ == bytes_.size()) {
+                return false;
+            }
+            const auto b = std::to_integer<std::uint64_t>(bytes_[at_++]);
+            if (shift == 63 && b > 1) {
+                return false;
+            }
+            v |= (b & 0x7F) << shift;
+            if ((b & 0x80) == 0) {
+                out = v;
+                return true;
+            }
+        }
+        return false;
+    }
+    [[nodiscard]] bool fixed64(std::uint64_t& out) noexcept {
+        if (remaining() < 8) {
+            return false;
+        }
+        std::memcpy(&out, bytes_.data() + at_, 8);
+        at_ += 8;
+        return true;
+    }
+    [[nodiscard]] bool byte(std::uint8_t& out) noexcept {
+        if (at_ == bytes_.size()) {
+            return false;
+        }
+        out = std::to_integer<std::uint8_t>(bytes_[at_++]);
+        return true;
+    }
+    [[nodiscard]] std::size_t remaining() const noexcept { return bytes_.size() - at_; }
+    [[nodiscard]] std::size_t position() const noexcept { return at_; }
+
+private:
+    std::span<const std::byte> bytes_;
+    std::size_t at_ = 0;
+};
+
+/// Writes the header body of `h` at `w` (`body_bytes(h)` bytes).
+inline void write_body(const message_header& h, varint_writer& w) noexcept {
+    const std::uint64_t mask = present_fields(h);
+    w.varint(mask);
+    for (unsigned i = 0; i < header_field_count; ++i) {
+        if ((mask >> i & 1) == 0) {
+            continue;
+        }
+        const auto f = static_cast<header_field>(i);
+        const std::uint64_t v = field_value(h, f);
+        if (is_fixed64(f)) {
+            w.fixed64(v);
+        } else {
+            w.varint(v);
+        }
+        if (f == header_field::clocks) {
+            for (const auto& c : h.clocks) {
+                w.varint(zigzag(c.begin - h.range_begin));
+                w.varint(zigzag(c.end - h.range_end));
+                w.varint(c.worker);
+                w.varint(c.clock);
+            }
+        }
+    }
+}
+
+/// Reads a header body of kind `h.kind` from exactly the bytes of `r`: fields this
+/// version does not know (a newer minor's) are skipped, fields the kind may not carry
+/// and values that do not fit are refused. Never allocates more than
+/// `max_clock_entries` clock entries, nor more than the bytes present could hold.
+[[nodiscard]] inline std::error_code read_body(varint_reader& r, message_header& h) {
+    std::uint64_t mask = 0;
+    if (!r.varint(mask)) {
+        return errc::malformed_header;
+    }
+    constexpr std::uint64_t known = (std::uint64_t{1} << header_field_count) - 1;
+    if ((mask & known & ~allowed_fields(h.kind)) != 0) {
+        return errc::malformed_header;
+    }
+    for (unsigned i = 0; i < 64; ++i) {
+        if ((mask >> i & 1) == 0) {
+            continue;
+        }
+        std::uint64_t v = 0;
+        if (i >= header_field_count) { // a newer minor's field: a varint to skip
+            if (!r.varint(v)) {
+                return errc::malformed_header;
+            }
+            continue;
+        }
+        const auto f = static_cast<header_field>(i);
+        if (!(is_fixed64(f) ? r.fixed64(v) : r.varint(v))) {
+            return errc::malformed_header;
+        }
+        if (f != header_field::clocks) {
+            if (!set_field(h, f, v)) {
+                return errc::malformed_header;
+            }
+            continue;
+        }
+        // An entry takes at least 4 bytes: the count is checked against the bytes left
+        // before anything is allocated.
+        if (v == 0 || v > max_clock_entries || v > r.remaining() / 4) {
+            return errc::malformed_header;
+        }
+        try {
+            h.clocks.resize(static_cast<std::size_t>(v));
+        } catch (const std::exception&) {
+            return errc::malformed_header;
+        }
+        for (auto& c : h.clocks) {
+            std::uint64_t begin = 0;
+            std::uint64_t end = 0;
+            std::uint64_t worker = 0;
+            if (!r.varint(begin) || !r.varint(end) || !r.varint(worker) || !r.varint(c.clock) ||
+                worker > 0xFFFFFFFF) {
+                return errc::malformed_header;
+            }
+            // range_begin and range_length precede the entries.
+            c.begin = h.range_begin + unzigzag(begin);
+            c.end = h.range_end + unzigzag(end);
+            c.worker = static_cast<std::uint32_t>(worker);
+        }
+    }
+    return r.remaining() == 0 ? std::error_code{} : errc::malformed_header;
+}
+
+} // namespace petrel::wire::detail
