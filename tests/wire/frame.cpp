@@ -403,3 +403,156 @@ TEST_CASE("frame: header size is what the encoder writes", "[wire]") {
         CHECK(frame_bytes(m.header) == head.size() + framed_payload_bytes(m.header));
     }
 }
+
+namespace {
+
+/// A valid message of kind `k`, with the fields and segments that kind carries.
+message valid_of(message_kind k) {
+    std::vector<std::uint64_t> keys{3, 5};
+    std::vector<float> values{1.5f, 2.5f};
+    std::vector<std::byte> body(13, std::byte{0x42});
+    message m;
+    m.header.kind = k;
+    m.header.request_id = 77;
+    m.header.sender = 2;
+    m.header.receiver = 1;
+    m.header.table_id = 4;
+    m.header.range_begin = 0;
+    m.header.range_end = 10;
+    m.header.view = 3;
+    const bool reply = is_reply(k);
+    if (reply) {
+        m.header.clocks = {{0, 10, 0, 2}};
+    } else {
+        m.header.worker = 0;
+        m.header.clock = 2;
+    }
+    switch (k) {
+    case message_kind::push:
+        m.header.key_count = 2;
+        m.header.update_id = 0x5555aaaa5555aaaaULL;
+        m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+        m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        break;
+    case message_kind::pull:
+        m.header.key_count = 2;
+        m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+        break;
+    case message_kind::pull_reply:
+        m.header.key_count = 2;
+        m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        break;
+    case message_kind::control:
+    case message_kind::control_reply:
+    case message_kind::call:
+    case message_kind::call_reply:
+        m.set_segment(values_segment, shared_bytes::copy_of(std::span<const std::byte>(body)));
+        break;
+    case message_kind::clock:
+        m.header.flags = flag_finish;
+        break;
+    case message_kind::push_reply:
+    case message_kind::clock_reply:
+        break;
+    }
+    if (k == message_kind::control || k == message_kind::control_reply) {
+        m.header.range_end = 0;
+        m.header.clocks.clear();
+    }
+    return m;
+}
+
+} // namespace
+
+TEST_CASE("frame: every kind decodes when valid, waits when cut short and refuses each bad "
+          "field",
+          "[wire]") {
+    for (int kind = 1; kind <= static_cast<int>(message_kind::call_reply); ++kind) {
+        const auto k = static_cast<message_kind>(kind);
+        INFO("kind " << kind);
+        const auto m = valid_of(k);
+        const auto stream = frame_of(m);
+
+        // Valid: one message, header and segments as sent.
+        auto r = feed(stream, 3);
+        REQUIRE_FALSE(r.error);
+        REQUIRE(r.messages.size() == 1);
+        CHECK(r.messages[0].header == m.header);
+        for (std::size_t s = 0; s < segment_count; ++s) {
+            CHECK(bytes_of(r.messages[0].segments[s].data(), r.messages[0].segments[s].size()) ==
+                  bytes_of(m.segments[s].data(), m.segments[s].size()));
+        }
+
+        // Truncated anywhere: no message and no error yet.
+        for (std::size_t cut = 0; cut < stream.size(); ++cut) {
+            const std::vector<std::byte> part(stream.begin(),
+                                              stream.begin() + static_cast<std::ptrdiff_t>(cut));
+            auto t = feed(part, 1 << 16);
+            CHECK_FALSE(t.error);
+            CHECK(t.messages.empty());
+        }
+
+        // Each field the kind may not carry.
+        const std::uint64_t allowed = wire::detail::allowed_fields(k);
+        using wire::detail::field_bit;
+        using wire::detail::header_field;
+        auto refused = [&](auto mutate, std::error_code expected) {
+            auto bad = m;
+            mutate(bad.header);
+            CHECK(feed(frame_of(bad), 64).error == expected);
+        };
+        if ((allowed & field_bit(header_field::status)) == 0) {
+            refused([](message_header& h) { h.status = 1; }, errc::malformed_header);
+        }
+        if ((allowed & field_bit(header_field::clocks)) == 0) {
+            refused([](message_header& h) { h.clocks = {{0, 1, 0, 1}}; }, errc::malformed_header);
+        }
+        if ((allowed & field_bit(header_field::update_id)) == 0) {
+            refused([](message_header& h) { h.update_id = 9; }, errc::malformed_header);
+        }
+        if ((allowed & field_bit(header_field::key_list_id)) == 0) {
+            refused([](message_header& h) { h.key_list_id = 9; }, errc::malformed_header);
+            refused([](message_header& h) { h.key_list_digest = 9; }, errc::malformed_header);
+        }
+        // Fields every kind carries, with values the checks refuse.
+        if (k == message_kind::control || k == message_kind::control_reply) {
+            refused([](message_header& h) { h.key_count = 1; }, errc::segment_size_mismatch);
+        } else {
+            refused([](message_header& h) { h.key_type = scalar_type::f32; },
+                    errc::malformed_header);
+            refused([](message_header& h) { h.value_type = scalar_type::none; },
+                    errc::malformed_header);
+            refused(
+                [](message_header& h) {
+                    h.range_begin = 20;
+                    h.range_end = 10;
+                },
+                errc::malformed_header);
+            refused([](message_header& h) { h.encoding = 0x80; }, errc::malformed_header);
+        }
+        // A body sent as another kind: a reply's clock entries under its request's kind,
+        // a push's values under a pull's, a pull without the values a push needs.
+        if (is_reply(k) && !m.header.clocks.empty()) {
+            auto relabelled = stream;
+            const int request = k == message_kind::push_reply   ? 1
+                                : k == message_kind::pull_reply ? 2
+                                                                : kind - 1;
+            relabelled[4] = static_cast<std::byte>(request);
+            CHECK(feed(relabelled, 64).error == errc::malformed_header);
+        }
+        if (k == message_kind::push || k == message_kind::pull) {
+            auto relabelled = stream;
+            relabelled[4] = static_cast<std::byte>(k == message_kind::push ? message_kind::pull
+                                                                           : message_kind::push);
+            CHECK(feed(relabelled, 64).error);
+        }
+        // A key count that does not match the segments (a push's reply carries none and
+        // checks none: the count only echoes the request's).
+        if (k == message_kind::push_reply) {
+            continue;
+        }
+        auto bad = m;
+        bad.header.key_count += 1;
+        CHECK(feed(frame_of(bad), 64).error);
+    }
+}
