@@ -478,6 +478,7 @@ TEST_CASE("frame: every kind decodes when valid, waits when cut short and refuse
         REQUIRE_FALSE(r.error);
         REQUIRE(r.messages.size() == 1);
         CHECK(r.messages[0].header == m.header);
+        CHECK(r.messages[0].received_head_bytes == head_bytes(m.header));
         for (std::size_t s = 0; s < segment_count; ++s) {
             CHECK(bytes_of(r.messages[0].segments[s].data(), r.messages[0].segments[s].size()) ==
                   bytes_of(m.segments[s].data(), m.segments[s].size()));

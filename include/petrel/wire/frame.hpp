@@ -70,18 +70,37 @@ struct frame_envelope {
     return n;
 }
 
+/// How the head (envelope and header body) of a frame carrying a header is laid out:
+/// worked out once, then used to size and to write it.
+struct head_layout {
+    std::uint64_t mask = 0;     ///< the fields present
+    std::size_t body_bytes = 0; ///< the header body's bytes
+    std::uint64_t payload = 0;  ///< the padded segments' bytes
+    std::size_t head_bytes = 0; ///< envelope and body
+    [[nodiscard]] std::uint64_t frame_bytes() const noexcept { return head_bytes + payload; }
+};
+
+[[nodiscard]] inline head_layout layout_of(const message_header& h) noexcept {
+    head_layout l;
+    const auto body = detail::plan_body(h);
+    l.mask = body.mask;
+    l.body_bytes = body.bytes;
+    l.payload = framed_payload_bytes(h);
+    l.head_bytes = detail::envelope_fixed_bytes + detail::varint_bytes(l.body_bytes) +
+                   detail::varint_bytes(l.payload) + l.body_bytes;
+    return l;
+}
+
 /// Bytes of the envelope and header body of a frame carrying `h`, as the encoder writes
 /// them.
 [[nodiscard]] inline std::uint64_t head_bytes(const message_header& h) noexcept {
-    const std::size_t body = detail::body_bytes(h);
-    return detail::envelope_fixed_bytes + detail::varint_bytes(body) +
-           detail::varint_bytes(framed_payload_bytes(h)) + body;
+    return layout_of(h).head_bytes;
 }
 
 /// Bytes a frame carrying `h` takes on the wire: envelope, header body and padded
 /// segments.
 [[nodiscard]] inline std::uint64_t frame_bytes(const message_header& h) noexcept {
-    return head_bytes(h) + framed_payload_bytes(h);
+    return layout_of(h).frame_bytes();
 }
 
 /// "3.0": a protocol version as people read it.
@@ -89,29 +108,35 @@ struct frame_envelope {
     return std::to_string(major_of(version)) + "." + std::to_string(minor_of(version));
 }
 
-/// Writes the envelope and header body of `m` at `out`, which has room for
-/// `head_bytes(m.header)` bytes; returns that many. The segments follow on the wire as
-/// they are, each padded.
-inline std::size_t encode_head_into(const message& m, std::byte* out) noexcept {
-    const auto& h = m.header;
-    const std::size_t body = detail::body_bytes(h);
+/// Writes the envelope and header body of `m`, laid out as `layout` (`layout_of(m.header)`),
+/// at `out`, which has room for `layout.head_bytes` bytes; returns that many. The segments
+/// follow on the wire as they are, each padded.
+inline std::size_t encode_head_into(const message& m, const head_layout& layout,
+                                    std::byte* out) noexcept {
     detail::varint_writer w(out);
     w.byte(static_cast<std::uint8_t>(detail::envelope_magic & 0xFF));
     w.byte(static_cast<std::uint8_t>(detail::envelope_magic >> 8));
     w.byte(protocol_major);
     w.byte(protocol_minor);
-    w.byte(static_cast<std::uint8_t>(h.kind));
-    w.varint(body);
-    w.varint(framed_payload_bytes(h));
-    detail::write_body(h, w);
+    w.byte(static_cast<std::uint8_t>(m.header.kind));
+    w.varint(layout.body_bytes);
+    w.varint(layout.payload);
+    detail::write_body(m.header, layout.mask, w);
     return static_cast<std::size_t>(w.position() - out);
+}
+
+/// Writes the envelope and header body of `m` at `out`, which has room for
+/// `head_bytes(m.header)` bytes; returns that many.
+inline std::size_t encode_head_into(const message& m, std::byte* out) noexcept {
+    return encode_head_into(m, layout_of(m.header), out);
 }
 
 /// Writes the envelope and header body of `m` into `out` (replacing its contents). The
 /// segments follow on the wire as they are, each padded.
 inline void encode_head(const message& m, std::vector<std::byte>& out) {
-    out.resize(head_bytes(m.header));
-    encode_head_into(m, out.data());
+    const auto layout = layout_of(m.header);
+    out.resize(layout.head_bytes);
+    encode_head_into(m, layout, out.data());
 }
 
 /// Reads an envelope from the start of `bytes` and checks it against the limits: magic
@@ -464,12 +489,10 @@ namespace detail {
 /// key count, width and types: nothing is allocated for a block of the wrong size); a key list
 /// reference is replaced by the keys `cache` holds, or left as it is when it holds none (the server
 /// answers `errc::key_cache_miss`); keys are checked (`check_payload`); keys sent to be kept are
-/// checked against their digest and kept in `cache`. Sets `m.received_bytes` and
-/// `m.received_head_bytes`.
+/// checked against their digest and kept in `cache`. Sets `m.received_bytes`.
 [[nodiscard]] inline std::error_code receive(message& m, const wire_limits& limits,
                                              buffer_pool& pool, key_cache_receiver* cache) {
     auto& h = m.header;
-    m.received_head_bytes = head_bytes(h);
     m.received_bytes = framed_payload_bytes(h);
     m.received_values_bytes = h.segment_bytes[values_segment];
     if ((h.encoding & encoding_snappy_mask) != 0) {
@@ -514,6 +537,7 @@ namespace detail {
             return errc::segment_size_mismatch;
         }
     }
+    m.received_head_bytes = head_bytes(m.header); // what its frame would have taken
     return receive(m, limits, pool, cache);
 }
 
@@ -600,6 +624,7 @@ public:
                 return fail(ec);
             }
             begin_ += envelope.size + envelope.body_bytes;
+            current_.received_head_bytes = envelope.size + envelope.body_bytes;
             const std::uint64_t payload = envelope.payload_bytes;
             body_ = payload == 0                  ? pooled_buffer{}
                     : payload <= small_body_bytes ? small_body(payload)

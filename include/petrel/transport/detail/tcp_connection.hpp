@@ -153,7 +153,8 @@ private:
     /// `inbox_mutex_`. Returns the frame's bytes.
     template <typename Queue>
     std::size_t append(Queue& q, const wire::message& m, bool locked) {
-        const std::size_t size = wire::frame_bytes(m.header);
+        const auto layout = wire::layout_of(m.header);
+        const std::size_t size = layout.frame_bytes();
         if (q.empty() || !q.back().frames || q.back().in_write ||
             q.back().bytes + size > frames_buffer_bytes) {
             outgoing o;
@@ -175,7 +176,7 @@ private:
         const std::size_t at = b.head.size();
         b.head.resize(at + size); // zeroed: the padding
         std::byte* out = b.head.data() + at;
-        out += wire::encode_head_into(m, out);
+        out += wire::encode_head_into(m, layout, out);
         // The frame's size came from the header's segment sizes: copy no more than they
         // say, whatever a segment holds (they agree when `set_segment` filled them).
         for (std::size_t i = 0; i < m.segments.size(); ++i) {

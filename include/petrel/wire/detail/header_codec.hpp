@@ -5,12 +5,15 @@
 #include <petrel/wire/header.hpp>
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <span>
 #include <system_error>
+#include <type_traits>
+#include <utility>
 
 namespace petrel::wire::detail {
 
@@ -90,12 +93,7 @@ inline constexpr std::size_t max_varint_bytes = 10;
 inline constexpr std::size_t max_envelope_bytes = envelope_fixed_bytes + 2 * max_varint_bytes;
 
 [[nodiscard]] constexpr std::size_t varint_bytes(std::uint64_t v) noexcept {
-    std::size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        ++n;
-    }
-    return n;
+    return (static_cast<std::size_t>(std::bit_width(v | 1)) + 6) / 7;
 }
 
 [[nodiscard]] constexpr std::uint64_t zigzag(std::uint64_t difference) noexcept {
@@ -163,9 +161,28 @@ inline constexpr std::size_t max_envelope_bytes = envelope_fixed_bytes + 2 * max
 }
 
 /// The value of each field when it is left out: that of a default `message_header`.
-[[nodiscard]] inline std::uint64_t default_value(header_field f) noexcept {
-    static const message_header blank{};
-    return field_value(blank, f);
+[[nodiscard]] constexpr std::uint64_t default_value(header_field f) noexcept {
+    switch (f) {
+    case header_field::worker:
+        return no_worker;
+    case header_field::width:
+        return 1;
+    case header_field::types:
+        return static_cast<std::uint64_t>(scalar_type::u64) << 4 |
+               static_cast<std::uint64_t>(scalar_type::f32);
+    default:
+        return 0;
+    }
+}
+
+/// Calls `f(std::integral_constant<header_field, F>{})` for every field, in bit order;
+/// each call knows its field at compile time.
+template <typename F>
+constexpr void for_each_field(F&& f) {
+    [&]<unsigned... I>(std::integer_sequence<unsigned, I...>) {
+        (f(std::integral_constant<header_field, static_cast<header_field>(I)>{}), ...);
+    }
+    (std::make_integer_sequence<unsigned, header_field_count>{});
 }
 
 /// Sets field `f` of `h` from its decoded value; false where the value does not fit.
@@ -245,20 +262,6 @@ inline constexpr std::size_t max_envelope_bytes = envelope_fixed_bytes + 2 * max
     return false;
 }
 
-/// The presence mask of `h`: a bit for every field away from its default.
-[[nodiscard]] inline std::uint64_t present_fields(const message_header& h) noexcept {
-    std::uint64_t mask = 0;
-    for (unsigned i = 0; i < header_field_count; ++i) {
-        const auto f = static_cast<header_field>(i);
-        const bool present =
-            f == header_field::clocks ? !h.clocks.empty() : field_value(h, f) != default_value(f);
-        if (present) {
-            mask |= std::uint64_t{1} << i;
-        }
-    }
-    return mask;
-}
-
 [[nodiscard]] inline std::size_t clock_entry_bytes(const message_header& h,
                                                    const clock_entry& c) noexcept {
     return varint_bytes(zigzag(c.begin - h.range_begin)) +
@@ -266,24 +269,50 @@ inline constexpr std::size_t max_envelope_bytes = envelope_fixed_bytes + 2 * max
            varint_bytes(c.clock);
 }
 
-/// Bytes of the header body of `h` (mask and fields).
-[[nodiscard]] inline std::size_t body_bytes(const message_header& h) noexcept {
-    const std::uint64_t mask = present_fields(h);
-    std::size_t n = varint_bytes(mask);
-    for (unsigned i = 0; i < header_field_count; ++i) {
-        if ((mask >> i & 1) == 0) {
-            continue;
-        }
-        const auto f = static_cast<header_field>(i);
-        const std::uint64_t v = field_value(h, f);
-        n += is_fixed64(f) ? 8 : varint_bytes(v);
-        if (f == header_field::clocks) {
-            for (const auto& c : h.clocks) {
-                n += clock_entry_bytes(h, c);
+/// The presence mask of `h` (a bit for every field away from its default) and the bytes
+/// of its header body, in one pass.
+struct body_plan {
+    std::uint64_t mask = 0;
+    std::size_t bytes = 0;
+};
+
+[[nodiscard]] inline body_plan plan_body(const message_header& h) noexcept {
+    std::uint64_t mask = 0;
+    std::size_t n = 0;
+    for_each_field([&](auto f) {
+        constexpr header_field field = decltype(f)::value;
+        constexpr unsigned bit = static_cast<unsigned>(field);
+        if constexpr (field == header_field::clocks) {
+            if (!h.clocks.empty()) {
+                mask |= std::uint64_t{1} << bit;
+                n += varint_bytes(h.clocks.size());
+                for (const auto& c : h.clocks) {
+                    n += clock_entry_bytes(h, c);
+                }
+            }
+        } else {
+            const std::uint64_t v = field_value(h, field);
+            if (v != default_value(field)) { // most fields are not: predicted well
+                mask |= std::uint64_t{1} << bit;
+                if constexpr (is_fixed64(field)) {
+                    n += 8;
+                } else {
+                    n += varint_bytes(v);
+                }
             }
         }
-    }
-    return n;
+    });
+    return {mask, n + varint_bytes(mask)};
+}
+
+/// The presence mask of `h`: a bit for every field away from its default.
+[[nodiscard]] inline std::uint64_t present_fields(const message_header& h) noexcept {
+    return plan_body(h).mask;
+}
+
+/// Bytes of the header body of `h` (mask and fields).
+[[nodiscard]] inline std::size_t body_bytes(const message_header& h) noexcept {
+    return plan_body(h).bytes;
 }
 
 /// Writes into memory the caller sized.
@@ -312,24 +341,14 @@ private:
 class varint_reader {
 public:
     explicit varint_reader(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}
-    /// False where the bytes run out or the number takes more than 64 bits.
-    [[nodiscard]] bool varint(std::uint64_t& out) noexcept {
-        std::uint64_t v = 0;
-        for (unsigned shift = 0; shift < 7 * max_varint_bytes; shift += 7) {
-            if (at_ == bytes_.size()) {
-                return false;
-            }
-            const auto b = std::to_integer<std::uint64_t>(bytes_[at_++]);
-            if (shift == 63 && b > 1) {
-                return false;
-            }
-            v |= (b & 0x7F) << shift;
-            if ((b & 0x80) == 0) {
-                out = v;
-                return true;
-            }
+    /// False where the bytes run out or the number takes more than 64 bits. Inlined: a
+    /// header body is mostly one-byte numbers.
+    [[nodiscard, gnu::always_inline]] bool varint(std::uint64_t& out) noexcept {
+        if (at_ < bytes_.size() && (std::to_integer<unsigned>(bytes_[at_]) & 0x80) == 0) {
+            out = std::to_integer<std::uint64_t>(bytes_[at_++]); // one byte: most fields
+            return true;
         }
-        return false;
+        return long_varint(out);
     }
     [[nodiscard]] bool fixed64(std::uint64_t& out) noexcept {
         if (remaining() < 8) {
@@ -350,34 +369,84 @@ public:
     [[nodiscard]] std::size_t position() const noexcept { return at_; }
 
 private:
+    [[nodiscard]] bool long_varint(std::uint64_t& out) noexcept {
+        std::uint64_t v = 0;
+        for (unsigned shift = 0; shift < 7 * max_varint_bytes; shift += 7) {
+            if (at_ == bytes_.size()) {
+                return false;
+            }
+            const auto b = std::to_integer<std::uint64_t>(bytes_[at_++]);
+            if (shift == 63 && b > 1) {
+                return false;
+            }
+            v |= (b & 0x7F) << shift;
+            if ((b & 0x80) == 0) {
+                out = v;
+                return true;
+            }
+        }
+        return false;
+    }
+
     std::span<const std::byte> bytes_;
     std::size_t at_ = 0;
 };
 
-/// Writes the header body of `h` at `w` (`body_bytes(h)` bytes).
-inline void write_body(const message_header& h, varint_writer& w) noexcept {
-    const std::uint64_t mask = present_fields(h);
+/// Writes the header body of `h` whose presence mask is `mask` at `w`
+/// (`plan_body(h)` gives both).
+inline void write_body(const message_header& h, std::uint64_t mask, varint_writer& w) noexcept {
     w.varint(mask);
-    for (unsigned i = 0; i < header_field_count; ++i) {
-        if ((mask >> i & 1) == 0) {
-            continue;
+    for_each_field([&](auto f) {
+        constexpr header_field field = decltype(f)::value;
+        if ((mask >> static_cast<unsigned>(field) & 1) == 0) {
+            return;
         }
-        const auto f = static_cast<header_field>(i);
-        const std::uint64_t v = field_value(h, f);
-        if (is_fixed64(f)) {
-            w.fixed64(v);
-        } else {
-            w.varint(v);
-        }
-        if (f == header_field::clocks) {
+        if constexpr (is_fixed64(field)) {
+            w.fixed64(field_value(h, field));
+        } else if constexpr (field == header_field::clocks) {
+            w.varint(h.clocks.size());
             for (const auto& c : h.clocks) {
                 w.varint(zigzag(c.begin - h.range_begin));
                 w.varint(zigzag(c.end - h.range_end));
                 w.varint(c.worker);
                 w.varint(c.clock);
             }
+        } else {
+            w.varint(field_value(h, field));
         }
+    });
+}
+
+/// Writes the header body of `h` at `w` (`body_bytes(h)` bytes).
+inline void write_body(const message_header& h, varint_writer& w) noexcept {
+    write_body(h, present_fields(h), w);
+}
+
+/// Reads `count` clock entries of `h` (whose range precedes them). An entry takes at
+/// least 4 bytes: the count is checked against the bytes left before anything is
+/// allocated.
+[[nodiscard]] inline bool read_clocks(varint_reader& r, message_header& h, std::uint64_t count) {
+    if (count == 0 || count > max_clock_entries || count > r.remaining() / 4) {
+        return false;
     }
+    try {
+        h.clocks.resize(static_cast<std::size_t>(count));
+    } catch (const std::exception&) {
+        return false;
+    }
+    for (auto& c : h.clocks) {
+        std::uint64_t begin = 0;
+        std::uint64_t end = 0;
+        std::uint64_t worker = 0;
+        if (!r.varint(begin) || !r.varint(end) || !r.varint(worker) || !r.varint(c.clock) ||
+            worker > 0xFFFFFFFF) {
+            return false;
+        }
+        c.begin = h.range_begin + unzigzag(begin);
+        c.end = h.range_end + unzigzag(end);
+        c.worker = static_cast<std::uint32_t>(worker);
+    }
+    return true;
 }
 
 /// Reads a header body of kind `h.kind` from exactly the bytes of `r`: fields this
@@ -393,49 +462,29 @@ inline void write_body(const message_header& h, varint_writer& w) noexcept {
     if ((mask & known & ~allowed_fields(h.kind)) != 0) {
         return errc::malformed_header;
     }
-    for (unsigned i = 0; i < 64; ++i) {
-        if ((mask >> i & 1) == 0) {
-            continue;
+    bool ok = true;
+    for_each_field([&](auto f) {
+        constexpr header_field field = decltype(f)::value;
+        if (!ok || (mask >> static_cast<unsigned>(field) & 1) == 0) {
+            return;
         }
         std::uint64_t v = 0;
-        if (i >= header_field_count) { // a newer minor's field: a varint to skip
-            if (!r.varint(v)) {
-                return errc::malformed_header;
-            }
-            continue;
+        if constexpr (is_fixed64(field)) {
+            ok = r.fixed64(v) && set_field(h, field, v);
+        } else if constexpr (field == header_field::clocks) {
+            ok = r.varint(v) && read_clocks(r, h, v);
+        } else {
+            ok = r.varint(v) && set_field(h, field, v);
         }
-        const auto f = static_cast<header_field>(i);
-        if (!(is_fixed64(f) ? r.fixed64(v) : r.varint(v))) {
+    });
+    if (!ok) {
+        return errc::malformed_header;
+    }
+    // Fields of a newer minor version: varints to skip.
+    for (std::uint64_t rest = mask >> header_field_count; rest != 0; rest &= rest - 1) {
+        std::uint64_t v = 0;
+        if (!r.varint(v)) {
             return errc::malformed_header;
-        }
-        if (f != header_field::clocks) {
-            if (!set_field(h, f, v)) {
-                return errc::malformed_header;
-            }
-            continue;
-        }
-        // An entry takes at least 4 bytes: the count is checked against the bytes left
-        // before anything is allocated.
-        if (v == 0 || v > max_clock_entries || v > r.remaining() / 4) {
-            return errc::malformed_header;
-        }
-        try {
-            h.clocks.resize(static_cast<std::size_t>(v));
-        } catch (const std::exception&) {
-            return errc::malformed_header;
-        }
-        for (auto& c : h.clocks) {
-            std::uint64_t begin = 0;
-            std::uint64_t end = 0;
-            std::uint64_t worker = 0;
-            if (!r.varint(begin) || !r.varint(end) || !r.varint(worker) || !r.varint(c.clock) ||
-                worker > 0xFFFFFFFF) {
-                return errc::malformed_header;
-            }
-            // range_begin and range_length precede the entries.
-            c.begin = h.range_begin + unzigzag(begin);
-            c.end = h.range_end + unzigzag(end);
-            c.worker = static_cast<std::uint32_t>(worker);
         }
     }
     return r.remaining() == 0 ? std::error_code{} : errc::malformed_header;
