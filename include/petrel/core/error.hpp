@@ -78,7 +78,8 @@ public:
         switch (static_cast<errc>(ev)) {
         case errc::bad_magic:
             return "frame does not start with Petrel's magic number: the peer is not a Petrel "
-                   "node or the stream lost sync; the connection is closed";
+                   "node, runs a Petrel older than wire protocol 6, or the stream lost sync; "
+                   "the connection is closed";
         case errc::unsupported_version:
             return "peer speaks another Petrel protocol version: run the same Petrel version on "
                    "every node";
