@@ -25,9 +25,11 @@ PETREL_DECL void member::state::lost(errc e, const std::string& why) {
         waiting.swap(parked);
         l = link;
     }
+    // Closed before anyone hears of the loss: a call made on hearing it fails with `e`
+    // rather than trying the link again.
+    l->close(make_error_code(e));
     remember(why);
     report(log_level::error, why);
-    l->close(make_error_code(e));
     for (auto& p : waiting) {
         p.done(make_error_code(e), wire::message{});
     }
