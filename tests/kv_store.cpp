@@ -1868,5 +1868,10 @@ TEST_CASE("kv_store: a pull into the caller's memory that is cancelled leaves th
     REQUIRE(pushed);
     CHECK(*pushed == std::error_code{});
     CHECK(out == std::vector<float>(keys.size(), -1.0F));
+    {
+        // The server's handler holds `hold`, which holds the connection: let go of it.
+        const std::lock_guard lock(hold->mutex);
+        hold->connection.reset();
+    }
     server.close();
 }
