@@ -1541,16 +1541,16 @@ TEST_CASE("replication: under sequential, replicas get each clock's combined pus
 
 namespace {
 
-/// A replica update of key 5 (value 1) from primary `origin`, as a server would send it
-/// when it carries `secret`; `flags` adds to `flag_replica`.
-wire::message replica_update(std::uint32_t origin, std::uint64_t secret, std::uint8_t flags = 0,
+/// An update of key 5 (value 1) of kind `kind` from primary `origin`, as a server would
+/// send it when it carries `secret`.
+wire::message replica_update(std::uint32_t origin, std::uint64_t secret,
+                             wire::message_kind kind = wire::message_kind::replica_update,
                              std::uint64_t keys = 1) {
     wire::message m;
-    m.header.kind = wire::message_kind::push;
-    m.header.flags = static_cast<std::uint8_t>(wire::flag_replica | flags);
+    m.header.kind = kind;
     m.header.sender = origin;
     m.header.receiver = origin;
-    m.header.key_list_id = secret;
+    m.header.secret = secret;
     m.header.view = 1; // the view the servers follow
     m.header.key_count = keys;
     m.header.range_begin = 5;
@@ -1667,8 +1667,12 @@ TEST_CASE("replication: only servers of the job can send replica updates", "[fau
     // update, a copy and the end of a copy are all refused, and nothing changes.
     CHECK(send_raw(c, 0, replica_update(2, 0)) == errc::not_permitted);
     CHECK(send_raw(c, 0, replica_update(2, c.secret + 1)) == errc::not_permitted);
-    CHECK(send_raw(c, 0, replica_update(2, 0, wire::flag_transfer)) == errc::not_permitted);
-    CHECK(send_raw(c, 0, replica_update(2, 0, wire::flag_transfer, 0)) == errc::not_permitted);
+    CHECK(send_raw(c, 0, replica_update(2, 0, wire::message_kind::row_transfer)) ==
+          errc::not_permitted);
+    CHECK(send_raw(c, 0, replica_update(2, 0, wire::message_kind::row_transfer, 0)) ==
+          errc::not_permitted);
+    CHECK(send_raw(c, 0, replica_update(2, 0, wire::message_kind::hand_over, 0)) ==
+          errc::not_permitted);
     CHECK(c.rows(1).empty());
     // With the secret, the same update is applied.
     CHECK_FALSE(send_raw(c, 0, replica_update(2, c.secret)));

@@ -41,6 +41,44 @@ inline std::vector<std::byte> envelope_of(wire::message_kind kind, std::uint64_t
     return out;
 }
 
+/// The head of `h` as a sender of minor version `minor` writes it when that version
+/// added field `bit` (one this version does not know) and sets it to `value`.
+inline std::vector<std::byte> head_with_newer_field(const wire::message_header& h, unsigned bit,
+                                                    std::uint64_t value, std::uint8_t minor) {
+    std::vector<std::byte> body(wire::detail::body_bytes(h));
+    wire::detail::varint_writer w(body.data());
+    wire::detail::write_body(h, w);
+    const std::uint64_t mask = wire::detail::present_fields(h);
+    body.erase(body.begin(),
+               body.begin() + static_cast<std::ptrdiff_t>(wire::detail::varint_bytes(mask)));
+    std::vector<std::byte> grown(2 * wire::detail::max_varint_bytes);
+    wire::detail::varint_writer g(grown.data());
+    g.varint(mask | std::uint64_t{1} << bit);
+    grown.resize(static_cast<std::size_t>(g.position() - grown.data()));
+    grown.insert(grown.end(), body.begin(), body.end());
+    std::vector<std::byte> extra(wire::detail::max_varint_bytes);
+    wire::detail::varint_writer e(extra.data());
+    e.varint(value);
+    extra.resize(static_cast<std::size_t>(e.position() - extra.data()));
+    grown.insert(grown.end(), extra.begin(), extra.end());
+    auto out = envelope_of(h.kind, grown.size(), wire::framed_payload_bytes(h),
+                           wire::protocol_major, minor);
+    out.insert(out.end(), grown.begin(), grown.end());
+    return out;
+}
+
+/// The whole frame of `m` as a sender of minor version `minor` writes it, with field
+/// `bit` (one this version does not know) set to `value`.
+inline std::vector<std::byte> frame_with_newer_field(const wire::message& m, unsigned bit,
+                                                     std::uint64_t value, std::uint8_t minor) {
+    auto out = head_with_newer_field(m.header, bit, value, minor);
+    for (const auto& seg : m.segments) {
+        out.insert(out.end(), seg.data(), seg.data() + seg.size());
+        out.resize(out.size() + (wire::padded(seg.size()) - seg.size()));
+    }
+    return out;
+}
+
 /// Feeds `stream` to `dec` in pieces as large as its buffer, collecting the messages;
 /// returns the first error.
 inline std::error_code feed_all(wire::frame_decoder& dec, const std::vector<std::byte>& stream,

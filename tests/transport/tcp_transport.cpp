@@ -15,7 +15,9 @@
 #include <cstring>
 #include <future>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <span>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -79,7 +81,114 @@ std::vector<std::byte> prefix(std::uint32_t header, std::uint64_t payload, std::
     return b;
 }
 
+/// Reads from `s` until `dec` completes a frame of kind `kind` (others are skipped);
+/// gives up after ten seconds (closing `s`) or on an error.
+std::optional<petrel::wire::message> read_frame(asio::ip::tcp::socket& s,
+                                                petrel::wire::frame_decoder& dec,
+                                                petrel::wire::message_kind kind) {
+    auto fut = std::async(std::launch::async, [&]() -> std::optional<petrel::wire::message> {
+        std::optional<petrel::wire::message> got;
+        while (!got) {
+            std::error_code ec;
+            const auto into = dec.buffer();
+            const auto n = s.read_some(asio::buffer(into.data(), into.size()), ec);
+            if (ec) {
+                return std::nullopt;
+            }
+            ec = dec.consume(n, [&](petrel::wire::message&& m) {
+                if (m.header.kind == kind && !got) {
+                    got = std::move(m);
+                }
+            });
+            if (ec) {
+                return std::nullopt;
+            }
+        }
+        return got;
+    });
+    if (fut.wait_for(10s) != std::future_status::ready) {
+        std::error_code ec;
+        s.close(ec);
+    }
+    return fut.get();
+}
+
+/// Key 7 with `value`, as a push or as the values of a pull's reply.
+void key7(petrel::wire::message& m, float value, bool with_key) {
+    const std::uint64_t key = 7;
+    m.header.range_begin = 7;
+    m.header.range_end = 8;
+    m.header.key_count = 1;
+    if (with_key) {
+        m.set_segment(petrel::wire::keys_segment,
+                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(&key, 1))));
+    }
+    m.set_segment(petrel::wire::values_segment,
+                  petrel::shared_bytes::copy_of(std::as_bytes(std::span(&value, 1))));
+}
+
 } // namespace
+
+TEST_CASE("tcp_transport: peers one minor protocol version apart work together",
+          "[transport][tcp]") {
+    namespace wire = petrel::wire;
+    const auto next_minor = static_cast<std::uint8_t>(wire::protocol_minor + 1);
+    // A field the next minor version added and this one does not know.
+    const unsigned added = wire::detail::header_field_count + 2;
+    std::vector<key_t64> keys{7};
+
+    SECTION("a newer worker's push is applied and answered") {
+        target t;
+        wire::message push;
+        push.header.kind = wire::message_kind::push;
+        push.header.request_id = 5;
+        key7(push, 2.5f, true);
+        asio::io_context raw;
+        asio::ip::tcp::socket s(raw);
+        s.connect(t.endpoint);
+        asio::write(
+            s, asio::buffer(petrel::test::frame_with_newer_field(push, added, 300, next_minor)));
+        wire::frame_decoder dec({}, std::make_shared<petrel::buffer_pool>());
+        const auto reply = read_frame(s, dec, wire::message_kind::push_reply);
+        REQUIRE(reply);
+        CHECK(reply->header.status == 0);
+        CHECK(reply->header.request_id == 5);
+        CHECK(reply->header.version == wire::protocol_version);
+        CHECK(t.worker().pull(keys, asio::use_future).get().values()(0) == 2.5f);
+        CHECK_THAT(t.log.all(), !Catch::Contains("invalid frame"));
+    }
+    SECTION("a newer server's reply completes a pull") {
+        io_threads io;
+        asio::io_context raw;
+        asio::ip::tcp::acceptor acceptor(raw, {asio::ip::make_address("127.0.0.1"), 0});
+        petrel::kv_store_options<key_t64> o;
+        o.servers = {"127.0.0.1:" + std::to_string(acceptor.local_endpoint().port())};
+        o.request_timeout = 20s;
+        petrel::kv_store<key_t64, float, petrel::eventual> kv(petrel::tcp_transport(io.executor()),
+                                                              o);
+        auto pulled = kv.pull(keys, asio::use_future);
+        asio::ip::tcp::socket s(raw);
+        auto accepted = std::async(std::launch::async, [&] {
+            std::error_code ec;
+            acceptor.accept(s, ec);
+            return ec;
+        });
+        if (accepted.wait_for(10s) != std::future_status::ready) {
+            std::error_code ec;
+            acceptor.close(ec);
+        }
+        REQUIRE_FALSE(accepted.get());
+        wire::frame_decoder dec({}, std::make_shared<petrel::buffer_pool>());
+        const auto pull = read_frame(s, dec, wire::message_kind::pull);
+        REQUIRE(pull);
+        auto reply = wire::make_reply(pull->header, wire::message_kind::pull_reply);
+        key7(reply, 4.5f, false);
+        asio::write(
+            s, asio::buffer(petrel::test::frame_with_newer_field(reply, added, 300, next_minor)));
+        REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
+        CHECK(pulled.get().values()(0) == 4.5f);
+    }
+}
 
 TEST_CASE("tcp_transport: bad frames close only the sender's connection", "[transport][tcp]") {
     target t;

@@ -434,6 +434,23 @@ message valid_of(message_kind k) {
         m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
         m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
         break;
+    case message_kind::replica_update:
+    case message_kind::row_transfer:
+        m.header.worker = no_worker;
+        m.header.key_count = 2;
+        m.header.secret = 0x0123456789abcdefULL;
+        if (k == message_kind::replica_update) {
+            m.header.update_id = 0x5555aaaa5555aaaaULL;
+        } else {
+            m.header.flags = flag_ordered;
+        }
+        m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+        m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+        break;
+    case message_kind::hand_over:
+        m.header.worker = no_worker;
+        m.header.secret = 0x0123456789abcdefULL;
+        break;
     case message_kind::pull:
         m.header.key_count = 2;
         m.set_segment(keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
@@ -467,7 +484,7 @@ message valid_of(message_kind k) {
 TEST_CASE("frame: every kind decodes when valid, waits when cut short and refuses each bad "
           "field",
           "[wire]") {
-    for (int kind = 1; kind <= static_cast<int>(message_kind::call_reply); ++kind) {
+    for (int kind = 1; kind <= static_cast<int>(message_kind::hand_over); ++kind) {
         const auto k = static_cast<message_kind>(kind);
         INFO("kind " << kind);
         const auto m = valid_of(k);
@@ -515,6 +532,12 @@ TEST_CASE("frame: every kind decodes when valid, waits when cut short and refuse
             refused([](message_header& h) { h.key_list_id = 9; }, errc::malformed_header);
             refused([](message_header& h) { h.key_list_digest = 9; }, errc::malformed_header);
         }
+        if ((allowed & field_bit(header_field::secret)) == 0) {
+            refused([](message_header& h) { h.secret = 9; }, errc::malformed_header);
+        }
+        // Flags no kind defines.
+        refused([](message_header& h) { h.flags |= 32; }, errc::malformed_header);
+        refused([](message_header& h) { h.flags |= 64; }, errc::malformed_header);
         // Fields every kind carries, with values the checks refuse.
         if (k == message_kind::control || k == message_kind::control_reply) {
             refused([](message_header& h) { h.key_count = 1; }, errc::segment_size_mismatch);
@@ -539,6 +562,12 @@ TEST_CASE("frame: every kind decodes when valid, waits when cut short and refuse
                                 : k == message_kind::pull_reply ? 2
                                                                 : kind - 1;
             relabelled[4] = static_cast<std::byte>(request);
+            CHECK(feed(relabelled, 64).error == errc::malformed_header);
+        }
+        if (is_server_update(k)) {
+            // A server's update sent as a worker's push: the secret is no push's field.
+            auto relabelled = stream;
+            relabelled[4] = static_cast<std::byte>(message_kind::push);
             CHECK(feed(relabelled, 64).error == errc::malformed_header);
         }
         if (k == message_kind::push || k == message_kind::pull) {

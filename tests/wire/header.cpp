@@ -78,33 +78,6 @@ std::error_code decode(const std::vector<std::byte>& bytes, message_header& out)
     return decode_body(std::span(bytes).subspan(e.size), e, out);
 }
 
-/// The head of `h` as a sender of minor version `minor` writes it when that version
-/// added field `bit` (one this version does not know) and sets it to `value`.
-std::vector<std::byte> with_newer_field(const message_header& h, unsigned bit, std::uint64_t value,
-                                        std::uint8_t minor) {
-    std::vector<std::byte> body(wire::detail::body_bytes(h));
-    wire::detail::varint_writer w(body.data());
-    wire::detail::write_body(h, w);
-    const std::uint64_t mask = wire::detail::present_fields(h);
-    body.erase(body.begin(),
-               body.begin() + static_cast<std::ptrdiff_t>(wire::detail::varint_bytes(mask)));
-    std::vector<std::byte> grown(2 * wire::detail::max_varint_bytes);
-    wire::detail::varint_writer g(grown.data());
-    g.varint(mask | std::uint64_t{1} << bit);
-    const auto mask_end = static_cast<std::size_t>(g.position() - grown.data());
-    grown.resize(mask_end);
-    grown.insert(grown.end(), body.begin(), body.end());
-    std::vector<std::byte> extra(wire::detail::max_varint_bytes);
-    wire::detail::varint_writer e(extra.data());
-    e.varint(value);
-    extra.resize(static_cast<std::size_t>(e.position() - extra.data()));
-    grown.insert(grown.end(), extra.begin(), extra.end());
-    auto out =
-        test::envelope_of(h.kind, grown.size(), framed_payload_bytes(h), protocol_major, minor);
-    out.insert(out.end(), grown.begin(), grown.end());
-    return out;
-}
-
 } // namespace
 
 TEST_CASE("header: defaults describe a valid empty push", "[wire]") {
@@ -195,6 +168,9 @@ TEST_CASE("header: each field round-trips alone, at its extremes", "[wire]") {
             if (f == wire::detail::header_field::status) {
                 h.kind = message_kind::push_reply;
             }
+            if (f == wire::detail::header_field::secret) {
+                h.kind = message_kind::replica_update;
+            }
             if (!wire::detail::set_field(h, f, v)) {
                 continue; // does not fit the field
             }
@@ -270,7 +246,7 @@ TEST_CASE("header: a newer minor version's fields are skipped, an older one's mi
         for (std::uint64_t value : {std::uint64_t{0}, std::uint64_t{300}, ~std::uint64_t{0}}) {
             INFO("bit " << bit << " value " << value);
             message_header got;
-            REQUIRE_FALSE(decode(with_newer_field(h, bit, value, next_minor), got));
+            REQUIRE_FALSE(decode(test::head_with_newer_field(h, bit, value, next_minor), got));
             CHECK(got.version == (protocol_major << 8 | next_minor));
             got.version = protocol_version;
             CHECK(got == h);
@@ -318,7 +294,7 @@ TEST_CASE("header: decode_head names what is wrong", "[wire]") {
         CHECK(out.version == protocol_version + 1);
     }
     SECTION("an unknown kind") {
-        for (int kind : {0, 11, 255}) {
+        for (int kind : {0, 14, 255}) {
             auto b = good;
             b[4] = static_cast<std::byte>(kind);
             CHECK(decode(b, out) == errc::bad_message_kind);
@@ -377,6 +353,20 @@ TEST_CASE("header: decode_head names what is wrong", "[wire]") {
         h.kind = message_kind::clock;
         h.key_list_id = 7; // key lists travel with pushes and pulls
         CHECK(decode(serialize(h), out) == errc::malformed_header);
+        h = message_header{};
+        h.kind = message_kind::push;
+        h.secret = 7; // the server secret travels with servers' updates only
+        CHECK(decode(serialize(h), out) == errc::malformed_header);
+        h.kind = message_kind::row_transfer;
+        REQUIRE_FALSE(decode(serialize(h), out));
+        CHECK(out.secret == 7);
+        h.update_id = 8; // rows replace, whoever pushed them: no update id
+        CHECK(decode(serialize(h), out) == errc::malformed_header);
+        h.kind = message_kind::replica_update;
+        REQUIRE_FALSE(decode(serialize(h), out));
+        CHECK(out.update_id == 8);
+        h.key_list_id = 9; // a server's update carries its keys
+        CHECK(decode(serialize(h), out) == errc::malformed_header);
     }
     SECTION("a clock count larger than the bytes that follow") {
         // clocks (bit 10): a count of 100 and no entries.
@@ -434,8 +424,19 @@ TEST_CASE("header: message kinds, known and replies", "[wire]") {
     STATIC_REQUIRE(static_cast<int>(message_kind::clock_reply) == 8);
     STATIC_REQUIRE(static_cast<int>(message_kind::call) == 9);
     STATIC_REQUIRE(static_cast<int>(message_kind::call_reply) == 10);
-    CHECK_FALSE(is_known(static_cast<message_kind>(11)));
+    STATIC_REQUIRE(static_cast<int>(message_kind::replica_update) == 11);
+    STATIC_REQUIRE(static_cast<int>(message_kind::row_transfer) == 12);
+    STATIC_REQUIRE(static_cast<int>(message_kind::hand_over) == 13);
+    CHECK(is_known(message_kind::hand_over));
+    CHECK_FALSE(is_known(static_cast<message_kind>(14)));
     CHECK_FALSE(is_known(static_cast<message_kind>(255)));
+    // Only servers send servers' updates; each changes rows, as a worker's push does.
+    for (int k = 1; k <= 13; ++k) {
+        const auto kind = static_cast<message_kind>(k);
+        CHECK(is_server_update(kind) == (k >= 11));
+        CHECK(is_push(kind) == (k == 1 || k >= 11));
+        CHECK_FALSE((is_reply(kind) && is_push(kind)));
+    }
 
     CHECK_FALSE(is_reply(message_kind::push));
     CHECK_FALSE(is_reply(message_kind::pull));

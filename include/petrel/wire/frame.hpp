@@ -10,12 +10,11 @@
 #include <petrel/wire/message.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <istream>
-#include <ostream>
 #include <span>
 #include <string>
 #include <system_error>
@@ -103,7 +102,7 @@ struct head_layout {
     return layout_of(h).frame_bytes();
 }
 
-/// "3.0": a protocol version as people read it.
+/// "7.0": a protocol version as people read it.
 [[nodiscard]] inline std::string version_text(std::uint16_t version) {
     return std::to_string(major_of(version)) + "." + std::to_string(minor_of(version));
 }
@@ -289,6 +288,9 @@ template <typename Key>
     if (!is_known(h.kind)) {
         return errc::bad_message_kind;
     }
+    if ((h.flags & ~flag_known_mask) != 0) {
+        return errc::malformed_header;
+    }
     if (h.kind == message_kind::control || h.kind == message_kind::control_reply) {
         // A control body: no keys, one opaque segment read by the cluster layer.
         const auto body = h.segment_bytes[values_segment];
@@ -378,9 +380,10 @@ template <typename Key>
     const bool runs = (h.flags & flag_key_runs) != 0;
     if (runs) {
         // Key runs: 1 to key_count pairs, and no per-key lengths.
-        const bool fits = (h.kind == message_kind::push || h.kind == message_kind::pull) &&
-                          keys > 0 && keys % (2 * ks) == 0 && keys / (2 * ks) <= h.key_count &&
-                          lengths == 0;
+        const bool fits =
+            (h.kind == message_kind::push || h.kind == message_kind::pull ||
+             h.kind == message_kind::replica_update || h.kind == message_kind::row_transfer) &&
+            keys > 0 && keys % (2 * ks) == 0 && keys / (2 * ks) <= h.key_count && lengths == 0;
         if (!fits) {
             return errc::segment_size_mismatch;
         }
@@ -391,6 +394,8 @@ template <typename Key>
     }
     switch (h.kind) {
     case message_kind::push:
+    case message_kind::replica_update:
+    case message_kind::row_transfer: // no rows: the end of a copy
         if (keys != (cached ? 0 : key_bytes)) {
             return errc::segment_size_mismatch;
         }
@@ -414,6 +419,7 @@ template <typename Key>
         return values == value_bytes ? std::error_code{} : errc::value_count_mismatch;
     case message_kind::clock:
     case message_kind::clock_reply:
+    case message_kind::hand_over:
         return (h.key_count | keys | values | lengths) == 0 ? std::error_code{}
                                                             : errc::segment_size_mismatch;
     case message_kind::control:

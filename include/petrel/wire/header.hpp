@@ -23,7 +23,7 @@ inline constexpr std::uint32_t magic = 0x4C525450;
 /// The wire protocol's version. Peers of one major version work together whatever their
 /// minor versions: a newer minor only adds optional header fields, which an older peer
 /// skips (`detail/header_codec.hpp`). A peer of another major version is refused.
-inline constexpr std::uint8_t protocol_major = 6;
+inline constexpr std::uint8_t protocol_major = 7;
 inline constexpr std::uint8_t protocol_minor = 0;
 /// `message_header::version`: major << 8 | minor.
 inline constexpr std::uint16_t protocol_version =
@@ -51,10 +51,35 @@ enum class message_kind : std::uint8_t {
     clock_reply = 8,   ///< server → worker: the clock was recorded
     call = 9,          ///< worker → server: run a registered function on a key range (body)
     call_reply = 10,   ///< server → worker: the function's result (body), or why it failed
+    /// server → server: an update the primary of its keys applied (a worker's push), for
+    /// the replicas of its chain or a joining server taking the keys over; `receiver`
+    /// names the primary and `clock` the update's clock. Answered by a `push_reply`.
+    replica_update = 11,
+    /// server → server: rows copied whole, replacing the receiver's: `width` is the
+    /// table's width plus its optimizer state per key, and each row's values are followed
+    /// by its state. With `flag_ordered`, the rows a clock changed (`clock` is that
+    /// clock); otherwise rows of a full copy (a new replica, a joining server), ended by
+    /// a transfer of no rows whose `clock` is the view the copy was made for. Answered by
+    /// a `push_reply`.
+    row_transfer = 12,
+    /// server → joining server: the end of its copy, handing the partitions over (no
+    /// keys). Answered by a `push_reply`.
+    hand_over = 13,
 };
 
 [[nodiscard]] constexpr bool is_known(message_kind k) noexcept {
-    return k >= message_kind::push && k <= message_kind::call_reply;
+    return k >= message_kind::push && k <= message_kind::hand_over;
+}
+/// Whether `k` is sent by a server to a server: it must carry the job's server secret
+/// (`message_header::secret`) and is judged by the view it was sent under.
+[[nodiscard]] constexpr bool is_server_update(message_kind k) noexcept {
+    return k == message_kind::replica_update || k == message_kind::row_transfer ||
+           k == message_kind::hand_over;
+}
+/// Whether `k` changes a server's rows: a worker's push or a server's update. Each is
+/// answered by a `push_reply`.
+[[nodiscard]] constexpr bool is_push(message_kind k) noexcept {
+    return k == message_kind::push || is_server_update(k);
 }
 [[nodiscard]] constexpr bool is_reply(message_kind k) noexcept {
     return k == message_kind::push_reply || k == message_kind::pull_reply ||
@@ -65,29 +90,20 @@ enum class message_kind : std::uint8_t {
 /// Bits of `message_header::flags`.
 enum message_flag : std::uint8_t {
     /// push: hold it back until every live worker has completed its clock, then apply
-    /// the pushes of that clock in worker order (`sequential`).
+    /// the pushes of that clock in worker order (`sequential`). row_transfer: the rows
+    /// of one clock.
     flag_ordered = 1,
     /// clock: the worker leaves the clock (it no longer holds anybody back).
     flag_finish = 2,
     /// clock with `flag_finish`: on every table of the server, not only `table_id`.
     flag_all_tables = 4,
-    /// push, pull: the keys segment holds pairs `[begin, end)` of key runs, ascending and
-    /// disjoint, standing for every key of each run (`key_count` keys in all); a range
-    /// push or pull sends no per-key list.
+    /// push, pull, replica_update, row_transfer: the keys segment holds pairs
+    /// `[begin, end)` of key runs, ascending and disjoint, standing for every key of each
+    /// run (`key_count` keys in all); a range push or pull sends no per-key list.
     flag_key_runs = 8,
     /// pull, call: the worker takes a reply whose values are snappy-compressed, and the
     /// server compresses them where that pays (`server_options::compression`).
     flag_compress_reply = 16,
-    /// push, server → server: an update the primary of its keys applied (one worker's
-    /// push, or the combined pushes of a clock), for the replicas of its chain; `receiver`
-    /// names the primary and `clock` the update's clock.
-    flag_replica = 32,
-    /// push with `flag_replica`: rows copied whole down the primary's chain: the rows a
-    /// clock changed (with `flag_ordered`; `clock` is that clock), or every row of the
-    /// primary after its chain changed (re-replication, ended by a transfer of no rows).
-    /// `width` is the table's width plus its optimizer state per key, and each row's
-    /// values are followed by its state. The rows replace the receiver's.
-    flag_transfer = 64,
     /// push: sent again, to the new owner of its keys, after the server it went to
     /// failed; `receiver` names that server. An ordered push whose clock the new owner
     /// already received combined from that server is acknowledged and dropped.
@@ -96,6 +112,10 @@ enum message_flag : std::uint8_t {
     /// a server that took keys over answers ordered reads once every live worker's came.
     flag_resent = 128,
 };
+
+/// Every flag some kind defines: a header with another bit set is malformed.
+inline constexpr std::uint8_t flag_known_mask = flag_ordered | flag_finish | flag_all_tables |
+                                                flag_key_runs | flag_compress_reply | flag_resent;
 
 /// Bits of `message_header::encoding`: how the payload segments were encoded on the way.
 /// A receiver undoes every encoding (`wire::receive`) before anything reads the payload.
@@ -224,10 +244,13 @@ struct message_header {
     /// holds back a replica update sent under a newer view than its own until that view
     /// reaches it.
     std::uint64_t view = 0;
-    /// push: the sender's number for this update, unique over the job (a random start per
-    /// store, then one more per push; 0 for none), kept by the primary and its replicas
-    /// so that a push resent after a failover is applied once.
+    /// push, replica_update: the sender's number for this update, unique over the job (a
+    /// random start per store, then one more per push; 0 for none), kept by the primary
+    /// and its replicas so that a push resent after a failover is applied once.
     std::uint64_t update_id = 0;
+    /// replica_update, row_transfer, hand_over: the job's server secret, known only to
+    /// the servers of the job (`member::server_secret`).
+    std::uint64_t secret = 0;
     /// On replies: the clocks of the range (every live worker's, per key range).
     std::vector<clock_entry> clocks;
     std::array<std::uint64_t, segment_count> segment_bytes{};

@@ -48,7 +48,9 @@ std::error_code forward_and_wait(petrel::detail::replicator& r, const replicatio
                                  std::uint32_t origin, petrel::detail::push_kind kind) {
     wire::message m;
     m.header.table_id = 4;
-    m.header.key_list_id = 12345; // whatever the worker sent: replaced by the secret
+    m.header.kind = wire::message_kind::push; // a worker's push, as the server applied it
+    m.header.key_list_id = 12345;             // its key list: not for the next server
+    m.header.update_id = 777;                 // kept on a replica update only
     std::promise<std::error_code> done;
     auto f = done.get_future();
     r.forward(next, origin, std::move(m), kind,
@@ -82,12 +84,14 @@ TEST_CASE("replicator: links to a plan's servers and stamps the updates it forwa
         std::lock_guard lock(peer.mutex);
         REQUIRE(peer.seen.size() == 1);
         const auto& h = peer.seen[0];
-        CHECK(h.kind == wire::message_kind::push);
+        CHECK(h.kind == wire::message_kind::row_transfer);
         CHECK(petrel::detail::push_kind_of(h) == petrel::detail::push_kind::clock_rows);
         CHECK(h.sender == 1);
         CHECK(h.receiver == 1); // the chain's primary
         CHECK(h.view == 3);
-        CHECK(h.key_list_id == 99);
+        CHECK(h.secret == 99);
+        CHECK(h.key_list_id == 0);
+        CHECK(h.update_id == 0);
         CHECK(h.table_id == 4);
     }
     r.rename(5);
@@ -96,7 +100,17 @@ TEST_CASE("replicator: links to a plan's servers and stamps the updates it forwa
         std::lock_guard lock(peer.mutex);
         REQUIRE(peer.seen.size() == 2);
         CHECK(peer.seen[1].sender == 5);
+        CHECK(peer.seen[1].kind == wire::message_kind::row_transfer);
         CHECK(petrel::detail::push_kind_of(peer.seen[1]) == petrel::detail::push_kind::copy_end);
+    }
+    CHECK_FALSE(
+        forward_and_wait(r, plan.chains[1][1], 1, petrel::detail::push_kind::replica_update));
+    {
+        std::lock_guard lock(peer.mutex);
+        REQUIRE(peer.seen.size() == 3);
+        CHECK(peer.seen[2].kind == wire::message_kind::replica_update);
+        CHECK(peer.seen[2].update_id == 777); // applied once, however often it is resent
+        CHECK(peer.seen[2].secret == 99);
     }
 
     // A refusal reaches the caller, and is logged.
@@ -130,7 +144,7 @@ TEST_CASE("replicator: links to a plan's servers and stamps the updates it forwa
     }
     {
         std::lock_guard lock(peer.mutex);
-        CHECK(peer.seen.size() == 4);
+        CHECK(peer.seen.size() == 5);
     }
     server_side.close();
     peer_side.close();

@@ -8,9 +8,10 @@
 
 namespace petrel::detail {
 
-/// What a push to a server is. Until each has a message kind of its own, a push's flags
-/// say which: `push_kind_of` reads them and `flags_of` writes them, and the server reads
-/// these flag combinations nowhere else.
+/// What a push to a server is: a worker's push (`message_kind::push`) or a server's
+/// update (`replica_update`, `row_transfer`, `hand_over`), told apart further by a flag
+/// and the key count. `push_kind_of` reads a header and `kind_of`/`flags_of` write one;
+/// the server tells pushes apart nowhere else.
 enum class push_kind : std::uint8_t {
     /// A worker's push, applied as it arrives (`eventual`, `bounded_delay`).
     worker,
@@ -31,32 +32,60 @@ enum class push_kind : std::uint8_t {
     hand_over,
 };
 
-/// What push header `h` is.
+/// What push header `h` (of a kind `wire::is_push` accepts) is.
 [[nodiscard]] constexpr push_kind push_kind_of(const wire::message_header& h) noexcept {
-    if ((h.flags & wire::flag_replica) == 0) {
+    switch (h.kind) {
+    case wire::message_kind::replica_update:
+        return push_kind::replica_update;
+    case wire::message_kind::row_transfer:
+        if ((h.flags & wire::flag_ordered) != 0) {
+            return push_kind::clock_rows;
+        }
+        return h.key_count != 0 ? push_kind::copy_rows : push_kind::copy_end;
+    case wire::message_kind::hand_over:
+        return push_kind::hand_over;
+    default:
         return (h.flags & wire::flag_ordered) != 0 ? push_kind::worker_ordered : push_kind::worker;
     }
-    if ((h.flags & wire::flag_transfer) == 0) {
-        return push_kind::replica_update;
-    }
-    if ((h.flags & wire::flag_ordered) != 0) {
-        return push_kind::clock_rows;
-    }
-    if (h.key_count != 0) {
-        return push_kind::copy_rows;
-    }
-    return (h.flags & wire::flag_finish) != 0 ? push_kind::hand_over : push_kind::copy_end;
 }
 
 /// Whether request `h` (of any kind) comes from a server of the job: it must carry the
-/// job's replication secret, and is judged by the view it was sent under.
+/// job's server secret, and is judged by the view it was sent under.
 [[nodiscard]] constexpr bool from_server(const wire::message_header& h) noexcept {
-    return (h.flags & wire::flag_replica) != 0;
+    return wire::is_server_update(h.kind);
 }
 
-/// Whether `k` comes from a server (and must carry the job's replication secret).
+/// Whether `k` comes from a server (and must carry the job's server secret).
 [[nodiscard]] constexpr bool from_server(push_kind k) noexcept {
     return k != push_kind::worker && k != push_kind::worker_ordered;
+}
+
+/// The message kind a push of kind `k` travels as.
+[[nodiscard]] constexpr wire::message_kind kind_of(push_kind k) noexcept {
+    switch (k) {
+    case push_kind::worker:
+    case push_kind::worker_ordered:
+        break;
+    case push_kind::replica_update:
+        return wire::message_kind::replica_update;
+    case push_kind::clock_rows:
+    case push_kind::copy_rows:
+    case push_kind::copy_end:
+        return wire::message_kind::row_transfer;
+    case push_kind::hand_over:
+        return wire::message_kind::hand_over;
+    }
+    return wire::message_kind::push;
+}
+
+/// The flags a push of kind `k` travels with, keeping how the keys are written
+/// (`flag_key_runs`) from `flags`.
+[[nodiscard]] constexpr std::uint8_t flags_of(push_kind k, std::uint8_t flags) noexcept {
+    auto f = static_cast<std::uint8_t>(flags & wire::flag_key_runs);
+    if (k == push_kind::worker_ordered || k == push_kind::clock_rows) {
+        f |= wire::flag_ordered;
+    }
+    return f;
 }
 
 /// Whether `k` carries whole rows (values and state) that replace the stored ones, or
@@ -64,29 +93,6 @@ enum class push_kind : std::uint8_t {
 [[nodiscard]] constexpr bool is_transfer(push_kind k) noexcept {
     return k == push_kind::clock_rows || k == push_kind::copy_rows || k == push_kind::copy_end ||
            k == push_kind::hand_over;
-}
-
-/// The flags a server sends a push of kind `k` with (only server-to-server kinds), keeping
-/// how the keys are written (`flag_key_runs`) from `flags`.
-[[nodiscard]] constexpr std::uint8_t flags_of(push_kind k, std::uint8_t flags) noexcept {
-    std::uint8_t f = static_cast<std::uint8_t>((flags & wire::flag_key_runs) | wire::flag_replica);
-    switch (k) {
-    case push_kind::worker:
-    case push_kind::worker_ordered:
-    case push_kind::replica_update:
-        break;
-    case push_kind::clock_rows:
-        f |= wire::flag_transfer | wire::flag_ordered;
-        break;
-    case push_kind::copy_rows:
-    case push_kind::copy_end:
-        f |= wire::flag_transfer;
-        break;
-    case push_kind::hand_over:
-        f |= wire::flag_transfer | wire::flag_finish;
-        break;
-    }
-    return f;
 }
 
 /// The kind a server forwards down a chain for a push of kind `k` it applied: a worker's

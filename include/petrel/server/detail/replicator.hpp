@@ -115,15 +115,19 @@ public:
             return;
         }
         auto& h = update.header;
-        h.kind = wire::message_kind::push;
+        h.kind = kind_of(kind);
         h.flags = flags_of(kind, h.flags);
         h.sender = self_;
         h.receiver = origin;
         h.view = version_;
         h.status = 0;
         h.encoding = 0;
-        h.key_list_id = secret_; // from a server of the job
+        h.secret = secret_; // from a server of the job
+        h.key_list_id = 0;
         h.key_list_digest = 0;
+        if (kind != push_kind::replica_update) {
+            h.update_id = 0; // rows replace, whoever pushed them
+        }
         h.clocks.clear();
         update.segments[wire::lengths_segment] = {};
         h.segment_bytes[wire::lengths_segment] = 0;

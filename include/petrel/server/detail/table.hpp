@@ -253,7 +253,8 @@ public:
         }
         wire::message out;
         out.header = pushes.front()->header;
-        out.header.flags = wire::flag_transfer;
+        out.header.kind = wire::message_kind::row_transfer;
+        out.header.flags = wire::flag_ordered; // the rows of one clock
         out.header.width = static_cast<std::uint32_t>(stride);
         out.header.key_count = keys.size();
         out.header.range_begin = keys.empty() ? 0 : std::uint64_t{keys.front()};

@@ -147,7 +147,7 @@ PETREL_DECL void server_node::state::hand_over(std::uint32_t to,
 PETREL_DECL void server_node::state::trim_held(table_slot& s) {
     std::vector<waiting> keep;
     auto moved = s.gate.remove_if([&](const waiting& w) {
-        return !w.conn && w.request.header.kind == wire::message_kind::push &&
+        return !w.conn && wire::is_push(w.request.header.kind) &&
                !primary_of(w.request, opts.node_id);
     });
     for (auto& w : moved) {

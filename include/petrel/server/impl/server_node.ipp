@@ -359,7 +359,7 @@ PETREL_DECL bool server_node::state::handle_shared(const connection_ptr& c, wire
         if (!shares(c, m)) {
             return false;
         }
-        if (m.header.kind == wire::message_kind::push) {
+        if (wire::is_push(m.header.kind)) {
             on_push(c, std::move(m), out, &work);
         } else {
             on_read(c, std::move(m), out, &work);
@@ -398,16 +398,16 @@ PETREL_DECL bool server_node::state::handle_alone(const connection_ptr& c, wire:
 PETREL_DECL bool server_node::state::touches_all(const wire::message_header& h) {
     switch (h.kind) {
     case wire::message_kind::push:
-        // A replica update changes its own table's rows; copies and hand-overs may go on
-        // to requests held for any table.
-        return detail::from_server(h) &&
-               detail::push_kind_of(h) != detail::push_kind::replica_update;
+    case wire::message_kind::replica_update:
+        return false; // its own table's rows
+    case wire::message_kind::row_transfer:
+    case wire::message_kind::hand_over:
+        return true; // copies and hand-overs may go on to requests held for any table
     case wire::message_kind::pull:
     case wire::message_kind::call:
-        return detail::from_server(h);
+        return false;
     case wire::message_kind::clock:
-        return detail::from_server(h) ||
-               ((h.flags & wire::flag_finish) != 0 && (h.flags & wire::flag_all_tables) != 0);
+        return (h.flags & wire::flag_finish) != 0 && (h.flags & wire::flag_all_tables) != 0;
     default:
         return true; // refused: no table is touched
     }
@@ -424,7 +424,7 @@ PETREL_DECL bool server_node::state::shares(const connection_ptr& c, const wire:
     const bool push = h.kind == wire::message_kind::push;
     const bool call = h.kind == wire::message_kind::call;
     if ((push ? detail::push_kind_of(h) != detail::push_kind::worker
-              : (h.kind != wire::message_kind::pull && !call) || detail::from_server(h)) ||
+              : h.kind != wire::message_kind::pull && !call) ||
         waits(h) || holds_back(c)) {
         return false;
     }
@@ -587,8 +587,10 @@ PETREL_DECL bool server_node::state::decide(const connection_ptr& c, wire::messa
                                             outbox& out) {
     switch (m.header.kind) {
     case wire::message_kind::push:
-        if (detail::from_server(m.header) && plan.version != 0 &&
-            m.header.key_list_id != plan.secret) {
+    case wire::message_kind::replica_update:
+    case wire::message_kind::row_transfer:
+    case wire::message_kind::hand_over:
+        if (detail::from_server(m.header) && plan.version != 0 && m.header.secret != plan.secret) {
             out.emplace_back(
                 c, refusal(m.header, wire::message_kind::push_reply, errc::not_permitted));
         } else if (waits(m.header) || holds_back(c)) {
@@ -682,7 +684,7 @@ PETREL_DECL void server_node::state::resume(outbox& out) {
             }
             if (w.request.header.kind == wire::message_kind::clock) {
                 on_clock(w.conn, w.request, out);
-            } else if (w.request.header.kind != wire::message_kind::push) {
+            } else if (!wire::is_push(w.request.header.kind)) {
                 on_read(w.conn, std::move(w.request), out);
             } else {
                 on_push(w.conn, std::move(w.request), out);
@@ -702,9 +704,8 @@ PETREL_DECL void server_node::state::forget(const connection_ptr& c) {
         return true;
     });
     for (auto& [id, slot] : tables) {
-        slot.gate.remove_if([&](const waiting& w) {
-            return w.conn == c && w.request.header.kind != wire::message_kind::push;
-        });
+        slot.gate.remove_if(
+            [&](const waiting& w) { return w.conn == c && !wire::is_push(w.request.header.kind); });
         std::erase_if(slot.resync_held, [&](const waiting& w) { return w.conn == c; });
     }
 }

@@ -98,7 +98,7 @@ PETREL_DECL void server_node::state::refuse_moved_reads(const replication_plan& 
     for (auto& [id, s] : tables) {
         auto dropped = s.gate.remove_if([&](const waiting& w) {
             const auto kind = w.request.header.kind;
-            if (!w.conn || kind == wire::message_kind::push) {
+            if (!w.conn || wire::is_push(kind)) {
                 return false;
             }
             return kind == wire::message_kind::call ? true : !primary_of(w.request, self);

@@ -18,7 +18,7 @@ PETREL_DECL void server_node::state::on_push(const connection_ptr& c, wire::mess
         out.emplace_back(c, refusal(h, wire::message_kind::push_reply, errc::key_cache_miss));
         return;
     }
-    if (replica && h.key_list_id != plan.secret) {
+    if (replica && h.secret != plan.secret) {
         // Only the job's servers know the secret: a replica update from anyone
         // else (a worker, a stray peer) writes nothing.
         out.emplace_back(c, refusal(h, wire::message_kind::push_reply, errc::not_permitted));

@@ -24,11 +24,12 @@ namespace petrel::wire::detail {
 //
 // and a header body: a presence mask (varint), then each field whose bit is set, in bit
 // order. A field at its default value is left out. Unsigned numbers are LEB128 varints
-// (7 bits per byte, low first, at most 10 bytes); the two random 64-bit fields (an update
-// id and a key list digest) are 8 little-endian bytes. Compatibility between minor
-// versions rests on two rules: a newer minor adds fields only with new, higher bits, and
-// every field it adds is a varint. A reader skips the varints of bits it does not know
-// and takes a missing field as its default. A peer of another major version is refused.
+// (7 bits per byte, low first, at most 10 bytes); the three random 64-bit fields (an
+// update id, a key list digest and the server secret) are 8 little-endian bytes.
+// Compatibility between minor versions rests on two rules: a newer minor adds fields
+// only with new, higher bits, and every field it adds is a varint. A reader skips the
+// varints of bits it does not know and takes a missing field as its default. A peer of
+// another major version is refused.
 
 /// The fields of a header body, by presence bit. Numbers are fixed: they are on the wire.
 enum class header_field : unsigned {
@@ -55,8 +56,9 @@ enum class header_field : unsigned {
     key_list_id,
     key_list_digest, ///< 8 bytes
     lengths_bytes,
+    secret, ///< 8 bytes
 };
-inline constexpr unsigned header_field_count = 22;
+inline constexpr unsigned header_field_count = 23;
 
 [[nodiscard]] constexpr std::uint64_t field_bit(header_field f) noexcept {
     return std::uint64_t{1} << static_cast<unsigned>(f);
@@ -64,7 +66,8 @@ inline constexpr unsigned header_field_count = 22;
 
 /// The fields each kind may carry: a status and clock entries only on replies (and a
 /// status on control messages, whose failures travel both ways); an update id only on
-/// a push; a key list only on a push or pull. A body with a field its kind may not carry
+/// a worker's push or a replica update; a key list only on a worker's push or pull; the
+/// server secret only on a server's update. A body with a field its kind may not carry
 /// is malformed.
 [[nodiscard]] constexpr std::uint64_t allowed_fields(message_kind k) noexcept {
     constexpr std::uint64_t all = (std::uint64_t{1} << header_field_count) - 1;
@@ -75,8 +78,11 @@ inline constexpr unsigned header_field_count = 22;
             m &= ~field_bit(header_field::status);
         }
     }
-    if (k != message_kind::push) {
+    if (k != message_kind::push && k != message_kind::replica_update) {
         m &= ~field_bit(header_field::update_id);
+    }
+    if (!is_server_update(k)) {
+        m &= ~field_bit(header_field::secret);
     }
     if (k != message_kind::push && k != message_kind::pull) {
         m &= ~(field_bit(header_field::key_list_id) | field_bit(header_field::key_list_digest));
@@ -104,60 +110,72 @@ inline constexpr std::size_t max_envelope_bytes = envelope_fixed_bytes + 2 * max
 }
 
 [[nodiscard]] constexpr bool is_fixed64(header_field f) noexcept {
-    return f == header_field::update_id || f == header_field::key_list_digest;
+    return f == header_field::update_id || f == header_field::key_list_digest ||
+           f == header_field::secret;
 }
 
-/// The value a scalar field of `h` is encoded from (every field but `clocks`).
-[[nodiscard]] constexpr std::uint64_t field_value(const message_header& h,
-                                                  header_field f) noexcept {
-    switch (f) {
-    case header_field::request_id:
+/// The member of `h` that field `F` travels in, for the fields that are one member each
+/// (all but `range_length` and `types`, which are encoded from two, and `clocks`, which
+/// is read and written on its own): the one table of fields and members.
+template <header_field F, typename Header>
+[[nodiscard]] constexpr auto& member_of(Header& h) noexcept {
+    using enum header_field;
+    static_assert(F != range_length && F != types && F != clocks);
+    if constexpr (F == request_id) {
         return h.request_id;
-    case header_field::keys_bytes:
+    } else if constexpr (F == keys_bytes) {
         return h.segment_bytes[keys_segment];
-    case header_field::values_bytes:
+    } else if constexpr (F == values_bytes) {
         return h.segment_bytes[values_segment];
-    case header_field::key_count:
+    } else if constexpr (F == key_count) {
         return h.key_count;
-    case header_field::range_begin:
+    } else if constexpr (F == range_begin) {
         return h.range_begin;
-    case header_field::range_length:
-        return h.range_end - h.range_begin;
-    case header_field::sender:
+    } else if constexpr (F == sender) {
         return h.sender;
-    case header_field::receiver:
+    } else if constexpr (F == receiver) {
         return h.receiver;
-    case header_field::worker:
+    } else if constexpr (F == worker) {
         return h.worker;
-    case header_field::clock:
+    } else if constexpr (F == clock) {
         return h.clock;
-    case header_field::clocks:
-        return h.clocks.size();
-    case header_field::status:
+    } else if constexpr (F == status) {
         return h.status;
-    case header_field::update_id:
+    } else if constexpr (F == update_id) {
         return h.update_id;
-    case header_field::view:
+    } else if constexpr (F == view) {
         return h.view;
-    case header_field::table_id:
+    } else if constexpr (F == table_id) {
         return h.table_id;
-    case header_field::width:
+    } else if constexpr (F == width) {
         return h.width;
-    case header_field::types:
+    } else if constexpr (F == flags) {
+        return h.flags;
+    } else if constexpr (F == encoding) {
+        return h.encoding;
+    } else if constexpr (F == key_list_id) {
+        return h.key_list_id;
+    } else if constexpr (F == key_list_digest) {
+        return h.key_list_digest;
+    } else if constexpr (F == lengths_bytes) {
+        return h.segment_bytes[lengths_segment];
+    } else {
+        static_assert(F == secret, "every field but the three above is one member");
+        return h.secret;
+    }
+}
+
+/// The value scalar field `F` of `h` is encoded from (every field but `clocks`).
+template <header_field F>
+[[nodiscard]] constexpr std::uint64_t field_value(const message_header& h) noexcept {
+    if constexpr (F == header_field::range_length) {
+        return h.range_end - h.range_begin;
+    } else if constexpr (F == header_field::types) {
         return static_cast<std::uint64_t>(h.key_type) << 4 |
                static_cast<std::uint64_t>(h.value_type);
-    case header_field::flags:
-        return h.flags;
-    case header_field::encoding:
-        return h.encoding;
-    case header_field::key_list_id:
-        return h.key_list_id;
-    case header_field::key_list_digest:
-        return h.key_list_digest;
-    case header_field::lengths_bytes:
-        return h.segment_bytes[lengths_segment];
+    } else {
+        return member_of<F>(h);
     }
-    return 0;
 }
 
 /// The value of each field when it is left out: that of a default `message_header`.
@@ -185,81 +203,46 @@ constexpr void for_each_field(F&& f) {
     (std::make_integer_sequence<unsigned, header_field_count>{});
 }
 
-/// Sets field `f` of `h` from its decoded value; false where the value does not fit.
-[[nodiscard]] inline bool set_field(message_header& h, header_field f, std::uint64_t v) noexcept {
-    auto narrow = [v](auto& out) {
-        using T = std::remove_reference_t<decltype(out)>;
-        if (v > std::uint64_t{static_cast<T>(~T{})}) {
-            return false;
-        }
-        out = static_cast<T>(v);
+/// Sets scalar field `F` of `h` from its decoded value; false where the value does not
+/// fit. `range_begin` precedes `range_length` on the wire.
+template <header_field F>
+[[nodiscard]] constexpr bool set_field(message_header& h, std::uint64_t v) noexcept {
+    if constexpr (F == header_field::range_length) {
+        h.range_end = h.range_begin + v;
         return true;
-    };
-    switch (f) {
-    case header_field::request_id:
-        h.request_id = v;
-        return true;
-    case header_field::keys_bytes:
-        h.segment_bytes[keys_segment] = v;
-        return true;
-    case header_field::values_bytes:
-        h.segment_bytes[values_segment] = v;
-        return true;
-    case header_field::key_count:
-        h.key_count = v;
-        return true;
-    case header_field::range_begin:
-        h.range_begin = v;
-        h.range_end = v; // an empty range unless its length follows
-        return true;
-    case header_field::range_length:
-        h.range_end = h.range_begin + v; // range_begin precedes it
-        return true;
-    case header_field::sender:
-        return narrow(h.sender);
-    case header_field::receiver:
-        return narrow(h.receiver);
-    case header_field::worker:
-        return narrow(h.worker);
-    case header_field::clock:
-        h.clock = v;
-        return true;
-    case header_field::clocks:
-        return false; // read on its own
-    case header_field::status:
-        return narrow(h.status);
-    case header_field::update_id:
-        h.update_id = v;
-        return true;
-    case header_field::view:
-        h.view = v;
-        return true;
-    case header_field::table_id:
-        return narrow(h.table_id);
-    case header_field::width:
-        return narrow(h.width);
-    case header_field::types:
+    } else if constexpr (F == header_field::types) {
         if (v > 0xFF) {
             return false;
         }
         h.key_type = static_cast<scalar_type>(v >> 4);
         h.value_type = static_cast<scalar_type>(v & 0xF);
         return true;
-    case header_field::flags:
-        return narrow(h.flags);
-    case header_field::encoding:
-        return narrow(h.encoding);
-    case header_field::key_list_id:
-        h.key_list_id = v;
-        return true;
-    case header_field::key_list_digest:
-        h.key_list_digest = v;
-        return true;
-    case header_field::lengths_bytes:
-        h.segment_bytes[lengths_segment] = v;
+    } else {
+        auto& out = member_of<F>(h);
+        using T = std::remove_reference_t<decltype(out)>;
+        if (v > std::uint64_t{static_cast<T>(~T{})}) {
+            return false;
+        }
+        out = static_cast<T>(v);
+        if constexpr (F == header_field::range_begin) {
+            h.range_end = v; // an empty range unless its length follows
+        }
         return true;
     }
-    return false;
+}
+
+/// Sets field `f` of `h` from its decoded value; false where the value does not fit, and
+/// for `clocks`.
+[[nodiscard]] inline bool set_field(message_header& h, header_field f, std::uint64_t v) noexcept {
+    bool ok = false;
+    for_each_field([&](auto field) {
+        if constexpr (decltype(field)::value != header_field::clocks) {
+            if (decltype(field)::value == f) {
+                ok = set_field<decltype(field)::value>(h, v);
+            }
+        }
+    });
+    return ok;
 }
 
 [[nodiscard]] inline std::size_t clock_entry_bytes(const message_header& h,
@@ -291,7 +274,7 @@ struct body_plan {
                 }
             }
         } else {
-            const std::uint64_t v = field_value(h, field);
+            const std::uint64_t v = field_value<field>(h);
             if (v != default_value(field)) { // most fields are not: predicted well
                 mask |= std::uint64_t{1} << bit;
                 if constexpr (is_fixed64(field)) {
@@ -402,7 +385,7 @@ inline void write_body(const message_header& h, std::uint64_t mask, varint_write
             return;
         }
         if constexpr (is_fixed64(field)) {
-            w.fixed64(field_value(h, field));
+            w.fixed64(field_value<field>(h));
         } else if constexpr (field == header_field::clocks) {
             w.varint(h.clocks.size());
             for (const auto& c : h.clocks) {
@@ -412,7 +395,7 @@ inline void write_body(const message_header& h, std::uint64_t mask, varint_write
                 w.varint(c.clock);
             }
         } else {
-            w.varint(field_value(h, field));
+            w.varint(field_value<field>(h));
         }
     });
 }
@@ -470,11 +453,11 @@ inline void write_body(const message_header& h, varint_writer& w) noexcept {
         }
         std::uint64_t v = 0;
         if constexpr (is_fixed64(field)) {
-            ok = r.fixed64(v) && set_field(h, field, v);
+            ok = r.fixed64(v) && set_field<field>(h, v);
         } else if constexpr (field == header_field::clocks) {
             ok = r.varint(v) && read_clocks(r, h, v);
         } else {
-            ok = r.varint(v) && set_field(h, field, v);
+            ok = r.varint(v) && set_field<field>(h, v);
         }
     });
     if (!ok) {
