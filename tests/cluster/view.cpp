@@ -75,6 +75,58 @@ TEST_CASE("view: a control message round-trips the view", "[cluster][view]") {
     CHECK(dropping->view->drop_failed_workers);
 }
 
+TEST_CASE("view: a control body carries its class version; a newer one's appended fields are "
+          "left unread, an older one is refused",
+          "[cluster][view]") {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::view;
+    b.version = 3;
+    b.text = "hello";
+    b.view = sample();
+    const auto m = petrel::detail::make_control(b);
+    const auto bytes = m.values().span();
+    std::uint32_t written = 0;
+    REQUIRE(bytes.size() > sizeof written);
+    std::memcpy(&written, bytes.data(), sizeof written);
+    CHECK(written == petrel::detail::control_body_version);
+    REQUIRE(petrel::detail::read_control(m).has_value());
+    CHECK(petrel::detail::read_control(m)->read_version == petrel::detail::control_body_version);
+
+    auto read = [&](std::vector<std::byte> body) {
+        auto c = m;
+        auto buf = std::make_shared<std::vector<std::byte>>(std::move(body));
+        const std::byte* p = buf->data();
+        const std::size_t n = buf->size();
+        c.set_segment(petrel::wire::values_segment,
+                      petrel::shared_bytes(std::shared_ptr<const void>(buf, p),
+                                           std::span<const std::byte>(p, n)));
+        return petrel::detail::read_control(c);
+    };
+    // The next version, with fields of its own after this version's.
+    std::vector<std::byte> newer(bytes.begin(), bytes.end());
+    const std::uint32_t next = petrel::detail::control_body_version + 1;
+    std::memcpy(newer.data(), &next, sizeof next);
+    for (int i = 0; i < 12; ++i) {
+        newer.push_back(static_cast<std::byte>(0xA0 + i));
+    }
+    const auto got = read(newer);
+    REQUIRE(got.has_value());
+    CHECK(got->read_version == next);
+    CHECK(got->op == b.op);
+    CHECK(got->version == 3);
+    CHECK(got->text == "hello");
+    REQUIRE(got->view.has_value());
+    CHECK(*got->view == sample());
+    // The same bytes under this version: trailing bytes, refused.
+    std::memcpy(newer.data(), &petrel::detail::control_body_version, sizeof next);
+    CHECK_FALSE(read(newer).has_value());
+    // An older version than any this node reads.
+    std::vector<std::byte> older(bytes.begin(), bytes.end());
+    const std::uint32_t none = 0;
+    std::memcpy(older.data(), &none, sizeof none);
+    CHECK_FALSE(read(older).has_value());
+}
+
 TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cluster][view]") {
     petrel::detail::control_body b;
     b.op = petrel::detail::control_op::view;
@@ -103,16 +155,16 @@ TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cl
     auto longer = copy;
     longer.push_back(std::byte{0});
     CHECK_FALSE(with(longer).has_value());
-    // An unknown operation is refused.
+    // An unknown operation is refused (the op follows the body's 4-byte class version).
     auto bad_op = copy;
-    bad_op[0] = std::byte{99};
+    bad_op[4] = std::byte{99};
     CHECK_FALSE(with(bad_op).has_value());
     // A huge text length is refused before anything is allocated: the job id's length
-    // follows the fixed fields (op, role, rank, local, group, id, version, secret = 31
-    // bytes).
+    // follows the class version and the fixed fields (op, role, rank, local, group, id,
+    // version, secret = 31 bytes).
     auto huge = copy;
     const std::uint32_t big = 0xFFFFFFF0u;
-    std::memcpy(huge.data() + 31, &big, sizeof big);
+    std::memcpy(huge.data() + 4 + 31, &big, sizeof big);
     CHECK_FALSE(with(huge).has_value());
     // A planned ring of another shape than the ring is refused.
     auto odd = b;

@@ -12,6 +12,7 @@
 #include <petrel/wire/message.hpp>
 
 #include <cereal/archives/binary.hpp>
+#include <cereal/cereal.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -126,6 +128,12 @@ void load_declarations(Archive& ar, declarations& d) {
     return out;
 }
 
+/// The version of the encoding of `control_body` (its Cereal class version, written
+/// before its fields). A newer version only appends fields: a reader of an older one
+/// reads the fields it knows and leaves the rest unread; a body of an older version than
+/// this one is refused (there is none: version 1 is the first).
+inline constexpr std::uint32_t control_body_version = 1;
+
 /// The body of a control message or reply; which fields matter depends on `op`.
 struct control_body {
     control_op op = control_op::heartbeat;
@@ -154,9 +162,12 @@ struct control_body {
     /// join: what the node's process declares (tables, remote functions); none from a
     /// node that declares nothing (it is not compared).
     std::optional<declarations> declared;
+    /// The version of the encoding this body was read from (`control_body_version` for
+    /// one made here); not sent.
+    std::uint32_t read_version = control_body_version;
 
     template <class Archive>
-    void save(Archive& ar) const {
+    void save(Archive& ar, std::uint32_t /*version*/) const {
         ar(op, role, rank, local, barrier_group, id, version, secret);
         save_text(ar, job_id);
         save_text(ar, address);
@@ -174,7 +185,11 @@ struct control_body {
     }
 
     template <class Archive>
-    void load(Archive& ar) {
+    void load(Archive& ar, std::uint32_t encoding) {
+        if (encoding < control_body_version) {
+            throw std::domain_error("a control body of an unknown older encoding");
+        }
+        read_version = encoding;
         ar(op, role, rank, local, barrier_group, id, version, secret);
         load_text(ar, job_id);
         load_text(ar, address);
@@ -244,13 +259,15 @@ struct control_body {
         cereal::BinaryInputArchive ar(in);
         control_body body;
         ar(body);
-        if (!source.at_end()) {
-            return std::nullopt; // trailing bytes: not what a node writes
+        if (!source.at_end() && body.read_version <= control_body_version) {
+            return std::nullopt; // trailing bytes: not what a node of this version writes
         }
-        return body;
+        return body; // (a newer version's fields, appended, left unread)
     } catch (const std::exception&) {
         return std::nullopt;
     }
 }
 
 } // namespace petrel::detail
+
+CEREAL_CLASS_VERSION(petrel::detail::control_body, petrel::detail::control_body_version);
