@@ -116,6 +116,47 @@ TEST_CASE("frame: a 64 MiB message round-trips", "[wire]") {
     CHECK(std::memcmp(got.data(), m.values().data(), m.values().size()) == 0);
 }
 
+TEST_CASE("frame: a large frame's head is padded so that its payload is aligned; the padding "
+          "must be zeros",
+          "[wire]") {
+    // Below the threshold: no padding. At and above it: a head of a multiple of 64 bytes,
+    // for every length of header body around the length's own varint boundary.
+    int padded_heads = 0;
+    for (std::size_t width : {std::size_t{1}, std::size_t{2048}, std::size_t{4096}}) {
+        for (std::uint64_t request = 0; request < 300; request += 7) {
+            auto m = make_push(8, width);
+            m.header.request_id = request << 50; // a longer header body
+            const auto layout = layout_of(m.header);
+            INFO("width " << width << " request " << request);
+            if (layout.payload < aligned_payload_bytes) {
+                std::vector<std::byte> head;
+                encode_head(m, head);
+                CHECK(head.size() < payload_alignment);
+                continue;
+            }
+            CHECK(layout.head_bytes % payload_alignment == 0);
+            const auto stream = frame_of(m);
+            CHECK(stream.size() == layout.frame_bytes());
+            auto r = feed(stream, 1 << 16);
+            REQUIRE_FALSE(r.error);
+            REQUIRE(r.messages.size() == 1);
+            CHECK(r.messages[0].header == m.header);
+            CHECK(r.messages[0].received_head_bytes == layout.head_bytes);
+            CHECK(std::memcmp(r.messages[0].values().data(), m.values().data(),
+                              m.values().size()) == 0);
+            // The last byte of a padded head is padding: anything but zero is refused.
+            if (layout.body_bytes == wire::detail::body_bytes(m.header)) {
+                continue; // aligned without padding
+            }
+            ++padded_heads;
+            auto bad = stream;
+            bad[layout.head_bytes - 1] = std::byte{1};
+            CHECK(feed(bad, 1 << 16).error == errc::malformed_header);
+        }
+    }
+    CHECK(padded_heads > 40);
+}
+
 TEST_CASE("frame: u32 keys with double values stay aligned", "[wire]") {
     std::vector<std::uint32_t> keys{1, 2, 3};
     std::vector<double> values{1.5, 2.5, 3.5};

@@ -23,7 +23,8 @@ namespace petrel::wire::detail {
 //   | payload bytes (varint)
 //
 // and a header body: a presence mask (varint), then each field whose bit is set, in bit
-// order. A field at its default value is left out. Unsigned numbers are LEB128 varints
+// order, then zero bytes of padding, if any (see `wire::aligned_payload_bytes`). A field
+// at its default value is left out. Unsigned numbers are LEB128 varints
 // (7 bits per byte, low first, at most 10 bytes); the three random 64-bit fields (an
 // update id, a key list digest and the server secret) are 8 little-endian bytes.
 // Compatibility between minor versions rests on two rules: a newer minor adds fields
@@ -470,7 +471,14 @@ inline void write_body(const message_header& h, varint_writer& w) noexcept {
             return errc::malformed_header;
         }
     }
-    return r.remaining() == 0 ? std::error_code{} : errc::malformed_header;
+    // Then only zero bytes: the padding that aligns a large frame's payload.
+    std::uint8_t pad = 0;
+    while (r.remaining() != 0) {
+        if (!r.byte(pad) || pad != 0) {
+            return errc::malformed_header;
+        }
+    }
+    return {};
 }
 
 } // namespace petrel::wire::detail
