@@ -6,6 +6,8 @@
 #include <asio/connect.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
+#include <asio/strand.hpp>
+#include <asio/thread_pool.hpp>
 #include <asio/use_future.hpp>
 #include <asio/write.hpp>
 #include <catch2/catch.hpp>
@@ -128,6 +130,27 @@ void key7(petrel::wire::message& m, float value, bool with_key) {
 }
 
 } // namespace
+
+TEST_CASE("tcp_transport: a connection's strand wraps an io_context's executor directly",
+          "[transport][tcp]") {
+    asio::io_context io;
+    const asio::any_io_executor ex = io.get_executor();
+    const auto s = petrel::detail::connection_strand(ex);
+    using io_strand = asio::strand<asio::io_context::executor_type>;
+    using any_strand = asio::strand<asio::any_io_executor>;
+    // Held in place by the type-erased executor: its copies allocate nothing.
+    REQUIRE(s.target_type() == typeid(io_strand));
+    CHECK(s.target<io_strand>()->get_inner_executor() == io.get_executor());
+    // Any other executor gets a strand of its own type-erased self.
+    asio::thread_pool pool(1);
+    const asio::any_io_executor other = pool.get_executor();
+    const auto t = petrel::detail::connection_strand(other);
+    REQUIRE(t.target_type() == typeid(any_strand));
+    CHECK(t.target<any_strand>()->get_inner_executor() == other);
+    // Each call is a strand of its own.
+    CHECK(petrel::detail::connection_strand(ex) != s);
+    pool.join();
+}
 
 TEST_CASE("tcp_transport: peers one minor protocol version apart work together",
           "[transport][tcp]") {
