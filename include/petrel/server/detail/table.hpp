@@ -16,6 +16,7 @@
 #include <petrel/wire/message.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cstddef>
@@ -130,8 +131,15 @@ public:
         try {
             std::shared_lock lock(locks_->rows());
             if (!dense_ && !keys.runs) {
-                // A keyed push of a sparse table (the common case): each key's row once.
-                std::vector<std::uint32_t> rows(keys.data.size());
+                // A keyed push of a sparse table (the common case): each key's row once;
+                // the rows of a few keys on the stack.
+                std::array<std::uint32_t, 16> few{};
+                std::vector<std::uint32_t> many;
+                const std::size_t n = keys.data.size();
+                if (n > few.size()) {
+                    many.resize(n);
+                }
+                const std::span<std::uint32_t> rows(n > few.size() ? many.data() : few.data(), n);
                 if (!rows_of_keys(keys.data, rows)) {
                     lock.unlock();
                     create_rows(keys);
@@ -505,7 +513,7 @@ private:
 
     /// The row of each key of `keys` (a sparse table), or false at the first key not
     /// stored. Under `rows`.
-    bool rows_of_keys(std::span<const Key> keys, std::vector<std::uint32_t>& out) const noexcept {
+    bool rows_of_keys(std::span<const Key> keys, std::span<std::uint32_t> out) const noexcept {
         for (std::size_t i = 0; i < keys.size(); ++i) {
             if (i + ahead < keys.size()) {
                 index_.prefetch(keys[i + ahead]);
