@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -165,6 +166,61 @@ TEST_CASE("router: a range and key runs are cut a stripe at a time, the same as 
         const auto r = petrel::detail::route(t, key_source::range(9, 9));
         CHECK(r.used().empty());
     }
+}
+
+TEST_CASE("router: keys in one stripe, or under one server, have a sole slot found in one look",
+          "[client][router]") {
+    const auto t = three_servers(); // stripes of 8 keys
+    using petrel::detail::sole_slot;
+    auto list = [](const std::vector<std::uint64_t>& keys) {
+        return key_source::list(std::as_bytes(std::span(keys)), petrel::wire::scalar_type::u64);
+    };
+    // Whenever it names a slot, every key is there (checked against the ring, key by key).
+    std::mt19937_64 rng(11);
+    std::size_t named = 0;
+    for (int round = 0; round < 300; ++round) {
+        std::set<std::uint64_t> picked;
+        const std::uint64_t base = rng() % 4000;
+        const std::size_t n = 1 + rng() % 6;
+        while (picked.size() < n) {
+            picked.insert(base + rng() % (1 + rng() % 24));
+        }
+        const std::vector<std::uint64_t> keys(picked.begin(), picked.end());
+        const auto s = sole_slot(t, list(keys));
+        const bool one_stripe = keys.front() / 8 == keys.back() / 8;
+        CHECK(s.has_value() == one_stripe);
+        if (s) {
+            ++named;
+            for (const auto k : keys) {
+                CHECK(slot_of(t, k) == *s);
+            }
+        }
+        const auto r = sole_slot(t, key_source::range(keys.front(), keys.back() + 1));
+        CHECK(r.has_value() == one_stripe);
+        if (r) {
+            CHECK(*r == slot_of(t, keys.front()));
+        }
+    }
+    CHECK(named > 50);
+    CHECK(sole_slot(t, list({7, 8})) == std::nullopt); // two stripes
+    CHECK(sole_slot(t, list({8, 15})) == slot_of(t, 8));
+    const std::vector<std::uint32_t> k32{16, 23};
+    CHECK(sole_slot(t, key_source::list(std::as_bytes(std::span(k32)),
+                                        petrel::wire::scalar_type::u32)) == slot_of(t, 16));
+    // No keys, and key runs, are left to the walk.
+    CHECK(sole_slot(t, list({})) == std::nullopt);
+    CHECK(sole_slot(t, key_source::range(9, 9)) == std::nullopt);
+    const std::vector<std::uint64_t> pairs{3, 4};
+    CHECK(sole_slot(t, key_source::runs(std::as_bytes(std::span(pairs)),
+                                        petrel::wire::scalar_type::u64)) == std::nullopt);
+    // A table of one slot holds every key, however far apart.
+    auto one = t;
+    one.links.resize(1);
+    one.caches.resize(1);
+    one.servers.resize(1);
+    std::fill(one.partition_slot.begin(), one.partition_slot.end(), 0U);
+    CHECK(sole_slot(one, list({0, 4000, 1'000'000})) == 0U);
+    CHECK(sole_slot(one, key_source::range(5, 100'000)) == 0U);
 }
 
 TEST_CASE("router: the servers of a range, every one for a range that reaches them all",

@@ -121,6 +121,52 @@ TEST_CASE("slices: a range is sent as key runs; a slice over the frame limit is 
     CHECK(detail::cut_slices(*t, in, false, pool, 64, out) == errc::frame_too_large);
 }
 
+TEST_CASE("slices: keys of one stripe make one slice without a walk, the same as the walk's",
+          "[client][slices]") {
+    io_threads io(1);
+    job j(io, {"127.0.0.1:1", "127.0.0.1:2"});
+    const auto t = j.view(1, {1, 2}, {1, 2}, {1, 2}); // stripes of 64 keys
+    petrel::buffer_pool pool;
+    const std::vector<std::uint64_t> keys{130, 131, 190};
+    const std::vector<float> rows{1.0F, 2.0F, 3.0F};
+    detail::slice_source in{bytes_of(keys), bytes_of(rows),         std::nullopt,
+                            keys.size(),    wire::scalar_type::u64, sizeof(float)};
+    std::vector<detail::slice> out;
+    REQUIRE_FALSE(detail::cut_slices(*t, in, true, pool, std::uint64_t{1} << 30, out));
+    REQUIRE(out.size() == 1);
+    const auto& s = out[0];
+    CHECK(s.server == t->view->ring.owner(130));
+    CHECK(s.link == t->links[s.server - 1]);
+    CHECK(s.count == 3);
+    REQUIRE(s.runs.size() == 1);
+    CHECK(s.runs[0].first == 0);
+    CHECK(s.runs[0].count == 3);
+    CHECK(s.keys.data() == in.keys.data()); // the request's own buffers
+    CHECK(s.values.data() == in.values.data());
+    CHECK(s.keys.size() == in.keys.size());
+    CHECK(s.values.size() == in.values.size());
+    // A range in one stripe: one run of pairs.
+    detail::slice_source r;
+    r.range = petrel::key_range<std::uint64_t>{200, 250};
+    r.count = 50;
+    r.key_type = wire::scalar_type::u64;
+    r.row_bytes = sizeof(float);
+    out.clear();
+    REQUIRE_FALSE(detail::cut_slices(*t, r, false, pool, std::uint64_t{1} << 30, out));
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].key_runs);
+    CHECK(out[0].count == 50);
+    CHECK(out[0].server == t->view->ring.owner(200));
+    const auto pairs = out[0].keys.as<std::uint64_t>();
+    REQUIRE(pairs.size() == 2);
+    CHECK(pairs[0] == 200);
+    CHECK(pairs[1] == 250);
+    // The frame limit holds on this path too.
+    out.clear();
+    CHECK(detail::cut_slices(*t, in, true, pool, 16, out) == errc::frame_too_large);
+    CHECK(out.empty());
+}
+
 TEST_CASE("slices: a failure report names the server of a lost connection, and says nothing of "
           "refusals",
           "[client][slices]") {

@@ -87,6 +87,13 @@ struct routes {
 /// costs one lookup per stripe change.
 [[nodiscard]] PETREL_DECL routes route(const route_table& t, const key_source& keys);
 
+/// The slot of every key of `keys` when one look shows that they all lie in one slot: the
+/// table has a single slot, or a key list or range lies within one stripe (a stripe is a
+/// block of consecutive keys). None otherwise (they may still lie in one slot), and for no
+/// keys or key runs. Costs two lookups at most, however many keys there are.
+[[nodiscard]] PETREL_DECL std::optional<std::uint32_t> sole_slot(const route_table& t,
+                                                                 const key_source& keys);
+
 /// The slots of the servers holding keys of [begin, end): every slot for a range over at
 /// least four stripes per partition (it reaches them all, and walking it could be long).
 [[nodiscard]] PETREL_DECL std::vector<std::size_t>

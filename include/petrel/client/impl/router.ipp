@@ -110,6 +110,41 @@ PETREL_DECL routes route(const route_table& t, const key_source& keys) {
     return out;
 }
 
+PETREL_DECL std::optional<std::uint32_t> sole_slot(const route_table& t, const key_source& keys) {
+    std::uint64_t first = 0;
+    std::uint64_t last = 0;
+    switch (keys.shape) {
+    case key_source::form::range:
+        if (keys.begin >= keys.end) {
+            return std::nullopt;
+        }
+        first = keys.begin;
+        last = keys.end - 1;
+        break;
+    case key_source::form::list: {
+        const std::size_t size = wire::size_of(keys.key_type);
+        const std::size_t n = size == 0 ? 0 : keys.keys.size() / size;
+        if (n == 0) {
+            return std::nullopt;
+        }
+        first = router_walk::key_at(keys.keys, size, 0);
+        last = router_walk::key_at(keys.keys, size, n - 1); // sorted: the largest
+        break;
+    }
+    case key_source::form::runs:
+        return std::nullopt;
+    }
+    if (t.slots() == 1) {
+        return 0;
+    }
+    const auto& r = t.view->ring;
+    const std::uint64_t stripe = r.stripe_of(first);
+    if (r.stripe_of(last) != stripe) {
+        return std::nullopt;
+    }
+    return t.slot_of_stripe(stripe);
+}
+
 PETREL_DECL std::vector<std::size_t> owners_of(const route_table& t, std::uint64_t begin,
                                                std::uint64_t end) {
     if (begin >= end) {
@@ -127,6 +162,9 @@ PETREL_DECL std::vector<std::size_t> owners_of(const route_table& t, std::uint64
 }
 
 PETREL_DECL std::optional<std::size_t> single_owner(const route_table& t, const key_source& keys) {
+    if (const auto slot = sole_slot(t, keys)) {
+        return t.alive(*slot) ? std::optional<std::size_t>(*slot) : std::nullopt;
+    }
     const auto used = route(t, keys).used();
     if (used.size() != 1 || !t.alive(used.front())) {
         return std::nullopt;
