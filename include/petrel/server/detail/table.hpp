@@ -5,6 +5,7 @@
 #include <petrel/core/key.hpp>
 #include <petrel/core/key_range.hpp>
 #include <petrel/server/checkpoint.hpp>
+#include <petrel/server/detail/clock_sums.hpp>
 #include <petrel/server/detail/hash_index.hpp>
 #include <petrel/server/detail/key_seq.hpp>
 #include <petrel/server/detail/row_store.hpp>
@@ -287,7 +288,7 @@ public:
 
     [[nodiscard]] std::size_t memory_bytes() const noexcept override {
         return index_.memory_bytes() + pages_.capacity() * sizeof(std::uint32_t) +
-               rows_.memory_bytes() + marks_.capacity() * sizeof(std::uint32_t);
+               rows_.memory_bytes() + sums_.memory_bytes();
     }
 
     /// Calls `f(key, row)` for each stored key in `r`, in increasing key order; `row` is a
@@ -723,51 +724,33 @@ private:
 
     /// Sums the pushes per key (in push order), then updates each key once.
     void aggregate(std::span<const wire::message* const> pushes, bool mean) {
-        if (marks_.size() < rows_.rows()) {
-            marks_.resize(rows_.rows(), 0);
-        }
-        std::vector<std::uint32_t> touched;
-        std::vector<std::uint32_t> counts;
-        std::vector<Value> sums;
-        for (const auto* m : pushes) {
-            const auto values = m->values().template as<Value>();
-            key_seq<Key>::of(*m).for_each([&](std::size_t i, Key k) {
-                const std::uint32_t r = find(k);
-                const Value* g = values.data() + i * width_;
-                std::uint32_t& mark = marks_[r];
-                if (mark == 0) {
-                    touched.push_back(r);
-                    counts.push_back(1);
-                    sums.insert(sums.end(), g, g + width_);
-                    mark = static_cast<std::uint32_t>(touched.size());
-                } else {
-                    Value* s = sums.data() + (mark - 1) * width_;
-                    for (std::size_t j = 0; j < width_; ++j) {
-                        s[j] += g[j];
-                    }
-                    ++counts[mark - 1];
-                }
-            });
+        try {
+            for (const auto* m : pushes) {
+                const auto values = m->values().template as<Value>();
+                key_seq<Key>::of(*m).for_each(
+                    [&](std::size_t i, Key k) { sums_.add(find(k), values.data() + i * width_); });
+            }
+        } catch (...) {
+            sums_.clear();
+            throw;
         }
         const bool add = updater_->is_sum();
-        for (std::size_t t = 0; t < touched.size(); ++t) {
-            Value* s = sums.data() + t * width_;
-            if (mean && counts[t] > 1) {
-                const Value scale = Value{1} / static_cast<Value>(counts[t]);
-                for (std::size_t j = 0; j < width_; ++j) {
-                    s[j] *= scale;
+        sums_.drain([&](std::uint32_t r, std::span<Value> s, std::uint32_t count) noexcept {
+            if (mean && count > 1) {
+                const Value scale = Value{1} / static_cast<Value>(count);
+                for (Value& x : s) {
+                    x *= scale;
                 }
             }
-            Value* row = rows_.row(touched[t]);
+            Value* row = rows_.row(r);
             if (add) {
                 for (std::size_t j = 0; j < width_; ++j) {
                     row[j] += s[j];
                 }
             } else {
-                update(row, s);
+                update(row, s.data());
             }
-            marks_[touched[t]] = 0;
-        }
+        });
     }
 
     std::size_t width_;
@@ -780,7 +763,7 @@ private:
     std::vector<std::uint32_t> found_; // rows of the keys of the push `reserve` last saw
     const Key* found_keys_ = nullptr;  // ... and where its keys were
     std::vector<std::uint32_t> pages_; // dense: first row of each page, or npos
-    std::vector<std::uint32_t> marks_; // scratch of apply_clock: row → sum slot + 1
+    clock_sums<Value> sums_{width_};   // scratch of apply_clock
     std::unique_ptr<stripe_locks> locks_ = std::make_unique<stripe_locks>();
     std::uint64_t low_key_ = 0;  // sparse: the smallest and largest key stored
     std::uint64_t high_key_ = 0; //
