@@ -6,9 +6,24 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace {
+
+/// Reads control message `m` with `body` in place of its body.
+auto read_with_body(const petrel::wire::message& m, std::vector<std::byte> body) {
+    auto c = m;
+    auto buf = std::make_shared<std::vector<std::byte>>(std::move(body));
+    const std::byte* p = buf->data();
+    const std::size_t n = buf->size();
+    c.set_segment(petrel::wire::values_segment,
+                  petrel::shared_bytes(std::shared_ptr<const void>(buf, p),
+                                       std::span<const std::byte>(p, n)));
+    return petrel::detail::read_control(c);
+}
 
 petrel::membership_view sample() {
     petrel::membership_view v;
@@ -92,16 +107,7 @@ TEST_CASE("view: a control body carries its class version; a newer one's appende
     REQUIRE(petrel::detail::read_control(m).has_value());
     CHECK(petrel::detail::read_control(m)->read_version == petrel::detail::control_body_version);
 
-    auto read = [&](std::vector<std::byte> body) {
-        auto c = m;
-        auto buf = std::make_shared<std::vector<std::byte>>(std::move(body));
-        const std::byte* p = buf->data();
-        const std::size_t n = buf->size();
-        c.set_segment(petrel::wire::values_segment,
-                      petrel::shared_bytes(std::shared_ptr<const void>(buf, p),
-                                           std::span<const std::byte>(p, n)));
-        return petrel::detail::read_control(c);
-    };
+    auto read = [&](std::vector<std::byte> body) { return read_with_body(m, std::move(body)); };
     // The next version, with fields of its own after this version's.
     std::vector<std::byte> newer(bytes.begin(), bytes.end());
     const std::uint32_t next = petrel::detail::control_body_version + 1;
@@ -134,16 +140,7 @@ TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cl
     const auto good = petrel::detail::make_control(b);
     const auto bytes = good.values().span();
 
-    auto with = [&](std::vector<std::byte> body) {
-        auto m = good;
-        auto buf = std::make_shared<std::vector<std::byte>>(std::move(body));
-        const std::byte* p = buf->data();
-        const std::size_t n = buf->size();
-        m.set_segment(petrel::wire::values_segment,
-                      petrel::shared_bytes(std::shared_ptr<const void>(buf, p),
-                                           std::span<const std::byte>(p, n)));
-        return petrel::detail::read_control(m);
-    };
+    auto with = [&](std::vector<std::byte> body) { return read_with_body(good, std::move(body)); };
     std::vector<std::byte> copy(bytes.begin(), bytes.end());
     CHECK(with(copy).has_value());
 

@@ -76,10 +76,9 @@ public:
     /// the sums, the pushes are applied one by one instead.
     virtual void apply_clock(std::span<const wire::message* const> pushes, bool mean) noexcept = 0;
     /// The rows of the keys of `pushes` as they are stored now (values, then optimizer
-    /// state), keys ascending and unique: the rows a clock's pushes changed, as a
-    /// row transfer (`wire::message_kind::row_transfer`: width is the table's width plus
-    /// its state). The
-    /// keys are stored. @throws std::bad_alloc
+    /// state), keys ascending and unique: the rows a clock's pushes changed, as a row
+    /// transfer (`wire::message_kind::row_transfer`: width is the table's width plus its
+    /// state). The keys are stored. @throws std::bad_alloc
     [[nodiscard]] virtual wire::message
     rows_of(std::span<const wire::message* const> pushes) const = 0;
     /// Writes the rows of the pulled keys into `out` (initial values for keys never
