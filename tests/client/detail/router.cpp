@@ -306,3 +306,26 @@ TEST_CASE("router: a request's keys are read as the wire carries them", "[client
         CHECK(n == 2);
     }
 }
+
+TEST_CASE("router: a key source counts and reads the key values it holds, of either width",
+          "[client]") {
+    const std::vector<std::uint32_t> k32{7, 70000, 4000000000U};
+    const auto list32 =
+        key_source::list(std::as_bytes(std::span(k32)), petrel::wire::scalar_type::u32);
+    REQUIRE(list32.stored() == 3);
+    CHECK(list32.stored_key(0) == 7);
+    CHECK(list32.stored_key(1) == 70000);
+    CHECK(list32.stored_key(2) == 4000000000U);
+    const std::vector<std::uint64_t> pairs{5, 9, (std::uint64_t{1} << 40),
+                                           (std::uint64_t{1} << 40) + 3};
+    const auto runs =
+        key_source::runs(std::as_bytes(std::span(pairs)), petrel::wire::scalar_type::u64);
+    REQUIRE(runs.stored() == 4); // two runs: first and end of each
+    CHECK(runs.stored_key(2) == (std::uint64_t{1} << 40));
+    CHECK(runs.stored_key(3) == (std::uint64_t{1} << 40) + 3);
+    CHECK(key_source::range(3, 8).stored() == 0); // a range holds no key bytes
+    // Bytes of a key type of no size hold no keys.
+    CHECK(
+        key_source::list(std::as_bytes(std::span(k32)), petrel::wire::scalar_type::none).stored() ==
+        0);
+}

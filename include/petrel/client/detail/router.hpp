@@ -70,6 +70,11 @@ struct key_source {
     }
     /// The keys of a request as it is on the wire (a key list, or key runs by its flag).
     [[nodiscard]] PETREL_DECL static key_source of(const wire::message& m);
+
+    /// How many key values `keys` holds: the keys of a list, two per run (first, end).
+    [[nodiscard]] PETREL_DECL std::size_t stored() const noexcept;
+    /// Key value `i` of `keys` (`i < stored()`).
+    [[nodiscard]] PETREL_DECL std::uint64_t stored_key(std::size_t i) const noexcept;
 };
 
 /// The keys of a request cut by slot: each slot's runs of positions in the request's

@@ -12,13 +12,6 @@ namespace petrel::detail {
 
 namespace router_walk {
 
-/// Key `i` of little-endian keys of `size` bytes.
-inline std::uint64_t key_at(std::span<const std::byte> keys, std::size_t size, std::size_t i) {
-    std::uint64_t k = 0;
-    std::memcpy(&k, keys.data() + i * size, size);
-    return k;
-}
-
 /// Calls `visit(slot, keys)` for the keys of [begin, end) a stripe at a time, in order.
 template <typename Visit>
 void stripes(const route_table& t, std::uint64_t begin, std::uint64_t end, Visit&& visit) {
@@ -49,6 +42,18 @@ PETREL_DECL key_source key_source::of(const wire::message& m) {
     const auto t = m.header.key_type;
     const auto bytes = m.keys().span();
     return (m.header.flags & wire::flag_key_runs) != 0 ? runs(bytes, t) : list(bytes, t);
+}
+
+PETREL_DECL std::size_t key_source::stored() const noexcept {
+    const std::size_t size = wire::size_of(key_type);
+    return size == 0 ? 0 : keys.size() / size;
+}
+
+PETREL_DECL std::uint64_t key_source::stored_key(std::size_t i) const noexcept {
+    const std::size_t size = wire::size_of(key_type);
+    std::uint64_t k = 0; // little-endian keys of `size` bytes
+    std::memcpy(&k, keys.data() + i * size, size);
+    return k;
 }
 
 PETREL_DECL std::vector<std::size_t> routes::used() const {
@@ -82,22 +87,19 @@ PETREL_DECL routes route(const route_table& t, const key_source& keys) {
         router_walk::stripes(t, keys.begin, keys.end, add);
         break;
     case key_source::form::runs: {
-        const std::size_t size = wire::size_of(keys.key_type);
-        const std::size_t n = size == 0 ? 0 : keys.keys.size() / size;
+        const std::size_t n = keys.stored();
         for (std::size_t i = 0; i + 1 < n; i += 2) {
-            router_walk::stripes(t, router_walk::key_at(keys.keys, size, i),
-                                 router_walk::key_at(keys.keys, size, i + 1), add);
+            router_walk::stripes(t, keys.stored_key(i), keys.stored_key(i + 1), add);
         }
         break;
     }
     case key_source::form::list: {
-        const std::size_t size = wire::size_of(keys.key_type);
-        const std::size_t n = size == 0 ? 0 : keys.keys.size() / size;
+        const std::size_t n = keys.stored();
         const auto& r = t.view->ring;
         std::uint64_t stripe = 0;
         std::uint32_t slot = 0;
         for (std::size_t i = 0; i < n; ++i) {
-            const std::uint64_t st = r.stripe_of(router_walk::key_at(keys.keys, size, i));
+            const std::uint64_t st = r.stripe_of(keys.stored_key(i));
             if (i == 0 || st != stripe) {
                 stripe = st;
                 slot = t.slot_of_stripe(st);
@@ -122,13 +124,12 @@ PETREL_DECL std::optional<std::uint32_t> sole_slot(const route_table& t, const k
         last = keys.end - 1;
         break;
     case key_source::form::list: {
-        const std::size_t size = wire::size_of(keys.key_type);
-        const std::size_t n = size == 0 ? 0 : keys.keys.size() / size;
+        const std::size_t n = keys.stored();
         if (n == 0) {
             return std::nullopt;
         }
-        first = router_walk::key_at(keys.keys, size, 0);
-        last = router_walk::key_at(keys.keys, size, n - 1); // sorted: the largest
+        first = keys.stored_key(0);
+        last = keys.stored_key(n - 1); // sorted: the largest
         break;
     }
     case key_source::form::runs:
