@@ -74,7 +74,8 @@ public:
     [[nodiscard]] PETREL_DECL std::pair<clock_type, task<void>> read_gate() const;
 
     /// Registers a push of the current clock; returns its clock and what to complete when
-    /// the push has settled (the next tick waits for it).
+    /// the push has settled (the next tick waits for it; a completer of no task under a
+    /// policy whose ticks wait for no push).
     [[nodiscard]] PETREL_DECL std::pair<clock_type, task_completer<void>> register_push();
 
     /// Sends `requests` now, or once the worker's own tick `own` has completed; if that

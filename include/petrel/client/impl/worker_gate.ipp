@@ -124,13 +124,16 @@ PETREL_DECL std::pair<clock_type, task<void>> worker_gate::read_gate() const {
 }
 
 PETREL_DECL std::pair<clock_type, task_completer<void>> worker_gate::register_push() {
+    if (!opts_.policy.waits) {
+        // No tick waits for pushes: nothing to complete.
+        std::lock_guard lock(clock_->mutex);
+        return {clock_->current, task_completer<void>{}};
+    }
     auto [settled, settle] = make_task<void>();
     std::lock_guard lock(clock_->mutex);
-    if (opts_.policy.waits) {
-        // Settled pushes need no waiting: keep the list short when clock() is rare.
-        std::erase_if(clock_->pushes, [](const task<void>& p) { return p.ready(); });
-        clock_->pushes.push_back(std::move(settled));
-    }
+    // Settled pushes need no waiting: keep the list short when clock() is rare.
+    std::erase_if(clock_->pushes, [](const task<void>& p) { return p.ready(); });
+    clock_->pushes.push_back(std::move(settled));
     return {clock_->current, std::move(settle)};
 }
 
