@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -253,4 +255,55 @@ TEST_CASE("request_link: a store's requests to a server that refuses connections
     CHECK(count_of(text, "petrel: " + address + " refuses connections (") == 1);
     CHECK(text.find("server 1 (server #0, rank 0, " + address + ")") != std::string::npos);
     kv.close();
+}
+
+TEST_CASE("request_link: an observer sees each reply before its callback, and no failure",
+          "[transport]") {
+    struct watcher final : petrel::detail::reply_observer {
+        void observe(const wire::message& r) noexcept override {
+            std::lock_guard lock(mutex);
+            seen.push_back(r.header.request_id);
+        }
+        std::vector<std::uint64_t> copy() {
+            std::lock_guard lock(mutex);
+            return seen;
+        }
+        std::mutex mutex;
+        std::vector<std::uint64_t> seen;
+    };
+    io_threads io(2);
+    petrel::tcp_transport server(io.executor());
+    const auto address = server.listen("127.0.0.1:0", answering());
+    auto link = std::make_shared<petrel::detail::request_link>(petrel::tcp_transport(io.executor()),
+                                                               address, 10s);
+    auto w = std::make_shared<watcher>();
+    for (int i = 0; i < 3; ++i) {
+        auto done = std::make_shared<std::promise<std::pair<std::uint64_t, std::size_t>>>();
+        auto f = done->get_future();
+        link->request(
+            ping(),
+            [done, w](std::error_code ec, wire::message&& r) {
+                const auto seen = w->copy();
+                done->set_value(
+                    {ec ? 0 : r.header.request_id,
+                     seen.empty() || seen.back() != r.header.request_id ? 0 : seen.size()});
+            },
+            10s, w);
+        REQUIRE(f.wait_for(20s) == std::future_status::ready);
+        const auto [id, seen] = f.get();
+        CHECK(id != 0);
+        CHECK(seen == static_cast<std::size_t>(i + 1)); // this reply, seen before the callback
+    }
+    CHECK_FALSE(ask(*link).error); // a request without an observer: not shown to it
+    CHECK(w->copy().size() == 3);
+    // A request that ends without a reply (the link closed) is not shown to it.
+    server.close();
+    auto done = std::make_shared<std::promise<std::error_code>>();
+    auto f = done->get_future();
+    link->close();
+    link->request(
+        ping(), [done](std::error_code ec, wire::message&&) { done->set_value(ec); }, 10s, w);
+    REQUIRE(f.wait_for(20s) == std::future_status::ready);
+    CHECK(f.get());
+    CHECK(w->copy().size() == 3);
 }

@@ -20,8 +20,9 @@ namespace petrel::detail {
 
 /// What the sending path needs, also from callbacks that outlive the client: the encoding
 /// options, the pool, the traffic counters and the request timeout. Shared by a client's
-/// requests; the counters are atomic and the rest is set before the first send.
-struct send_pipeline {
+/// requests; the counters are atomic and the rest is set before the first send. Its
+/// links show it each reply to its requests, which it counts as it arrives.
+struct send_pipeline final : reply_observer {
     wire::compression_options compression;
     std::shared_ptr<buffer_pool> pool;
     wire::detail::traffic_counters counters;
@@ -33,11 +34,10 @@ struct send_pipeline {
     /// Encodes a keyed request (compression; a pull asks for a compressed reply) and
     /// counts what is sent.
     PETREL_DECL void encode(wire::message& m);
-};
 
-/// `on_reply`, counting each reply as it arrives first (not a failure without one).
-[[nodiscard]] PETREL_DECL reply_callback counted(std::shared_ptr<send_pipeline> pipe,
-                                                 reply_callback on_reply);
+    /// Counts a reply that arrived.
+    PETREL_DECL void observe(const wire::message& reply) noexcept override;
+};
 
 /// What is left until `deadline`, as a request's timeout: at least 1 ms (a request whose
 /// deadline has just passed still goes, and times out at once).

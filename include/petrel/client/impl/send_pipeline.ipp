@@ -32,28 +32,13 @@ PETREL_DECL void send_pipeline::encode(wire::message& m) {
     c.sent_bytes.fetch_add(wire::frame_bytes(m.header), std::memory_order_relaxed);
 }
 
-namespace send_pipeline_count {
-
-/// Counts a reply that arrived (request ids start at 1: an id of 0 is a failure).
-inline void reply(wire::detail::traffic_counters& c, const wire::message& r) {
+PETREL_DECL void send_pipeline::observe(const wire::message& r) noexcept {
+    auto& c = counters;
     c.replies.fetch_add(1, std::memory_order_relaxed);
     c.received_bytes.fetch_add(r.received_head_bytes + r.received_bytes, std::memory_order_relaxed);
-}
-
-} // namespace send_pipeline_count
-
-PETREL_DECL reply_callback counted(std::shared_ptr<send_pipeline> pipe, reply_callback on_reply) {
-    return [pipe = std::move(pipe), on_reply = std::move(on_reply)](std::error_code ec,
-                                                                    wire::message&& r) {
-        if (r.header.request_id != 0) {
-            auto& c = pipe->counters;
-            send_pipeline_count::reply(c, r);
-            if (r.header.kind == wire::message_kind::pull_reply && !ec) {
-                c.reply_compression.add({r.values().size(), r.received_values_bytes});
-            }
-        }
-        on_reply(ec, std::move(r));
-    };
+    if (r.header.kind == wire::message_kind::pull_reply && r.header.status == 0) {
+        c.reply_compression.add({r.values().size(), r.received_values_bytes});
+    }
 }
 
 PETREL_DECL std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline) {
@@ -91,25 +76,23 @@ PETREL_DECL void send_request(const std::shared_ptr<send_pipeline>& pipe,
         c.key_cache.add({key_bytes, m.keys().size()});
     }
     pipe->encode(m);
-    auto done = counted(pipe, std::move(on_reply));
     if (!again) {
-        link->request(std::move(m), std::move(done), time_left(deadline));
+        link->request(std::move(m), std::move(on_reply), time_left(deadline), pipe);
         return;
     }
     auto retry = [pipe, link, again = std::move(*again), deadline,
-                  done](std::error_code ec, wire::message&& r) mutable {
+                  done = std::move(on_reply)](std::error_code ec, wire::message&& r) mutable {
         if (ec != errc::key_cache_miss) {
             done(ec, std::move(r));
             return;
         }
         auto& c = pipe->counters;
-        send_pipeline_count::reply(c, r);
         c.key_cache_misses.fetch_add(1, std::memory_order_relaxed);
         c.key_cache.add({0, again.keys().size()});
         pipe->encode(again);
-        link->request(std::move(again), std::move(done), time_left(deadline));
+        link->request(std::move(again), std::move(done), time_left(deadline), pipe);
     };
-    link->request(std::move(m), std::move(retry), time_left(deadline));
+    link->request(std::move(m), std::move(retry), time_left(deadline), pipe);
 }
 
 } // namespace petrel::detail

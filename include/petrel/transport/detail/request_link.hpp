@@ -32,6 +32,20 @@ using reply_callback = std::function<void(std::error_code, wire::message&&)>;
 /// Called with each message from the peer that is not a reply (a notification).
 using notify_callback = std::function<void(wire::message&&)>;
 
+/// Sees each reply to the requests it was given with, just before the request's callback
+/// (a client's traffic counters, say). Never sees the errors that end a wait without a
+/// reply.
+class reply_observer {
+public:
+    virtual void observe(const wire::message& reply) noexcept = 0;
+
+protected:
+    reply_observer() = default;
+    reply_observer(const reply_observer&) = default;
+    reply_observer& operator=(const reply_observer&) = default;
+    ~reply_observer() = default;
+};
+
 /// A request that waits for its reply without a deadline of its own (something else,
 /// such as a heartbeat, must end the wait).
 inline constexpr std::chrono::milliseconds no_deadline = std::chrono::milliseconds::max();
@@ -111,8 +125,10 @@ public:
         request(std::move(m), std::move(cb), timeout_);
     }
 
-    /// As above with this request's own timeout (`no_deadline` for none).
-    void request(wire::message m, reply_callback cb, std::chrono::milliseconds timeout) {
+    /// As above with this request's own timeout (`no_deadline` for none), and `observer`
+    /// (when given) shown its reply before `cb` is called.
+    void request(wire::message m, reply_callback cb, std::chrono::milliseconds timeout,
+                 std::shared_ptr<reply_observer> observer = nullptr) {
         connection_ptr conn;
         bool connect = false;
         {
@@ -128,7 +144,7 @@ public:
             m.header.request_id = id;
             const auto deadline =
                 timeout == no_deadline ? clock::time_point::max() : clock::now() + timeout;
-            pending_.emplace(id, pending{deadline, std::move(cb)});
+            pending_.emplace(id, pending{deadline, std::move(cb), std::move(observer)});
             arm_timer();
             switch (phase_) {
             case phase::connected:
@@ -218,6 +234,7 @@ private:
     struct pending {
         clock::time_point deadline;
         reply_callback callback;
+        std::shared_ptr<reply_observer> observer; // none for most requests
     };
 
     [[nodiscard]] bool gives_up() const noexcept { return options_.unreachable_after.count() > 0; }
@@ -463,6 +480,7 @@ private:
             return;
         }
         reply_callback cb;
+        std::shared_ptr<reply_observer> observer;
         {
             std::lock_guard lock(mutex_);
             auto it = pending_.find(m.header.request_id);
@@ -470,7 +488,11 @@ private:
                 return; // a reply after its request timed out
             }
             cb = std::move(it->second.callback);
+            observer = std::move(it->second.observer);
             pending_.erase(it);
+        }
+        if (observer) {
+            observer->observe(m);
         }
         cb(status_error(m.header.status), std::move(m));
     }
