@@ -296,14 +296,33 @@ TEST_CASE("request_link: an observer sees each reply before its callback, and no
     }
     CHECK_FALSE(ask(*link).error); // a request without an observer: not shown to it
     CHECK(w->copy().size() == 3);
-    // A request that ends without a reply (the link closed) is not shown to it.
-    server.close();
-    auto done = std::make_shared<std::promise<std::error_code>>();
-    auto f = done->get_future();
     link->close();
-    link->request(
-        ping(), [done](std::error_code ec, wire::message&&) { done->set_value(ec); }, 10s, w);
-    REQUIRE(f.wait_for(20s) == std::future_status::ready);
-    CHECK(f.get());
+    server.close();
+
+    // Requests that wait with the observer and end without a reply are not shown to it:
+    // one past its deadline (a peer that never answers), one whose connection drops.
+    auto ends_without_reply = [&](petrel::connection_handlers h, std::chrono::milliseconds t) {
+        petrel::tcp_transport peer(io.executor());
+        const auto at = peer.listen("127.0.0.1:0", std::move(h));
+        auto l = std::make_shared<petrel::detail::request_link>(
+            petrel::tcp_transport(io.executor()), at, 10s);
+        auto ended = std::make_shared<std::promise<std::error_code>>();
+        auto got = ended->get_future();
+        l->request(
+            ping(), [ended](std::error_code ec, wire::message&&) { ended->set_value(ec); }, t, w);
+        REQUIRE(got.wait_for(20s) == std::future_status::ready);
+        const auto ec = got.get();
+        l->close();
+        peer.close();
+        return ec;
+    };
+    petrel::connection_handlers silent;
+    silent.on_message = [](const petrel::connection_ptr&, wire::message&&) {};
+    silent.on_close = [](const petrel::connection_ptr&, std::error_code) {};
+    CHECK(ends_without_reply(silent, 100ms) == errc::timed_out);
+    petrel::connection_handlers hanging_up;
+    hanging_up.on_message = [](const petrel::connection_ptr& c, wire::message&&) { c->close(); };
+    hanging_up.on_close = [](const petrel::connection_ptr&, std::error_code) {};
+    CHECK(ends_without_reply(hanging_up, 10s) == errc::connection_closed);
     CHECK(w->copy().size() == 3);
 }
