@@ -203,9 +203,30 @@ TEST_CASE("manager_node: a node of another job is refused", "[cluster][manager]"
     auto stale = j.make(petrel::node_role::worker, 1, "job-old");
     auto f = stale->async_join(asio::use_future);
     CHECK(code_of(f) == petrel::errc::job_mismatch);
-    CHECK_THAT(stale->failure(), Catch::Contains("job-a") && Catch::Contains("job-old"));
+    // The refusal names the job asked for, not this one: the id is not told to anyone.
+    CHECK_THAT(stale->failure(), Catch::Contains("job-old") && !Catch::Contains("job-a"));
     CHECK_THAT(j.logs.all(), Catch::Contains("job-old"));
     CHECK(j.manager.view() == nullptr); // the stale node took no place in the job
+}
+
+TEST_CASE("manager_node: a job id a peer chose reaches the log escaped and cut",
+          "[cluster][manager][security]") {
+    job j(1, 1);
+    const std::string forged =
+        "x'\npetrel error: job 'job-a' failed: worker 0 failed\x1b[2J" + std::string(300, 'y');
+    auto hostile = j.make(petrel::node_role::worker, 1, forged);
+    auto f = hostile->async_join(asio::use_future);
+    CHECK(code_of(f) == petrel::errc::job_mismatch);
+    const auto logs = j.logs.all();
+    CHECK_THAT(logs, Catch::Contains("x'\\x0apetrel error: job 'job-a' failed: worker 0 "
+                                     "failed\\x1b[2J"));
+    CHECK_THAT(logs, Catch::Contains("...(" + std::to_string(forged.size()) + " bytes)"));
+    CHECK(logs.find('\x1b') == std::string::npos);
+    CHECK(logs.find(std::string(200, 'y')) == std::string::npos);
+    CHECK(logs.find("\npetrel error") == std::string::npos);
+    CHECK(hostile->failure().find('\x1b') == std::string::npos);
+    CHECK(hostile->failure().find("\npetrel") == std::string::npos);
+    CHECK(j.manager.view() == nullptr);
 }
 
 TEST_CASE("manager_node: a node beyond the job's size is refused", "[cluster][manager]") {

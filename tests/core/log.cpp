@@ -97,3 +97,37 @@ TEST_CASE("log: a custom logger receives every line with its level", "[core][log
     const petrel::logger none;
     CHECK_FALSE(none); // an empty logger is how a node is told to discard everything
 }
+
+TEST_CASE("log: printable escapes what a terminal acts on and cuts long text", "[core][log]") {
+    using petrel::printable;
+    CHECK(printable("job-7 at 10.0.0.1:9000") == "job-7 at 10.0.0.1:9000");
+    CHECK(printable("a\nb\rc\td") == "a\\x0ab\\x0dc\\x09d");
+    CHECK(printable("\x1b[2J\x7f") == "\\x1b[2J\\x7f");
+    CHECK(printable(std::string("nul\0end", 7)) == "nul\\x00end");
+    // C1 controls in UTF-8 (CSI is U+009B) are escaped; other characters are kept.
+    CHECK(printable("\xc2\x9b"
+                    "31m") == "\\u009b31m");
+    CHECK(printable("caf\xc3\xa9 \xc2\xa0") == "caf\xc3\xa9 \xc2\xa0");
+    CHECK(printable("\xc2") == "\xc2"); // a lone lead byte at the end is not a control
+
+    CHECK(printable("abcdef", 6) == "abcdef");
+    CHECK(printable("abcdefg", 6) == "abcdef...(7 bytes)");
+    CHECK(printable("ab\ncd", 3) == "ab\\x0a...(5 bytes)");
+    // Never inside a character: a cut in the middle of "é" leaves it out whole.
+    CHECK(printable("abc\xc3\xa9xyz", 4) == "abc...(8 bytes)");
+    CHECK(printable("\xe2\x82\xac\xe2\x82\xac", 5) == "\xe2\x82\xac...(6 bytes)");
+    CHECK(printable("", 0).empty());
+    CHECK(printable("x", 0) == "...(1 bytes)");
+}
+
+TEST_CASE("log: stderr_logger lets no text pass for a line of its own", "[core][log]") {
+    const auto log = petrel::stderr_logger();
+    const auto out = stderr_of([&] {
+        log(log_level::error, "job failed:\nworker 1 failed: lost\nworker 2 failed: lost");
+        log(log_level::warning, "asked for job 'x\x1b[2J'");
+    });
+    CHECK(out == "petrel error: job failed:\n"
+                 "  worker 1 failed: lost\n"
+                 "  worker 2 failed: lost\n"
+                 "petrel warning: asked for job 'x\\x1b[2J'\n");
+}

@@ -4,6 +4,7 @@
 #include <cereal/archives/binary.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,8 @@ namespace petrel::detail {
 /// Limits a view decoder enforces before it allocates.
 inline constexpr std::uint32_t max_view_nodes = 1u << 16;
 inline constexpr std::uint32_t max_text_bytes = 4096;
+/// The longest part of a name or id a peer sent (a job id) that a log line repeats.
+inline constexpr std::size_t max_logged_id_bytes = 128;
 
 template <class Archive>
 void save_text(Archive& ar, const std::string& s) {

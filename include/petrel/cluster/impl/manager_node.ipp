@@ -256,11 +256,13 @@ manager_node::state::on_join(const connection_ptr& c, const wire::message_header
                              std::vector<outgoing>& out,
                              std::vector<std::function<void(std::error_code)>>& done) {
     if (b.job_id != opts.job_id) {
-        report(log_level::warning, c->remote_address() + " asked to join job '" + b.job_id +
-                                       "'; this is job '" + opts.job_id + "': refused");
-        out.push_back({c, refusal(h, errc::job_mismatch,
-                                  "the manager at " + address + " runs job '" + opts.job_id +
-                                      "', not '" + b.job_id + "'")});
+        // The refusal does not name this job: the id is not told to whoever asks.
+        const auto asked = printable(b.job_id, detail::max_logged_id_bytes);
+        report(log_level::warning,
+               c->remote_address() + " asked to join job '" + asked + "': refused");
+        out.push_back(
+            {c, refusal(h, errc::job_mismatch,
+                        "the manager at " + address + " does not run job '" + asked + "'")});
         return;
     }
     if (b.declared) {
