@@ -107,6 +107,22 @@ petrel::config quick_heartbeats() {
 
 } // namespace
 
+TEST_CASE("run: a launched process that listens on every interface says so, with the advice",
+          "[launch][security]") {
+    petrel::settings s;
+    s.bind = "127.0.0.1";
+    CHECK(petrel::detail::wildcard_bind_warning(s).empty()); // embedded, one interface
+    s.bind = "0.0.0.0";
+    CHECK(petrel::detail::wildcard_bind_warning(s).empty()); // embedded: nobody else to reach
+    s.launch.kind = petrel::launcher_kind::open_mpi;
+    CHECK_THAT(petrel::detail::wildcard_bind_warning(s),
+               Catch::Contains("every interface (0.0.0.0)") && Catch::Contains("--bind"));
+    s.bind = "::";
+    CHECK_THAT(petrel::detail::wildcard_bind_warning(s), Catch::Contains("(::)"));
+    s.bind = "10.0.0.7";
+    CHECK(petrel::detail::wildcard_bind_warning(s).empty());
+}
+
 // The job itself. Without a launcher it is an in-process cluster of 3 servers and 4
 // workers over loopback TCP; started by the tests below (PETREL_*, mpirun, namespaces)
 // each process hosts its share.

@@ -294,6 +294,19 @@ private:
     std::shared_ptr<control> control_;
 };
 
+/// The warning a process started by a launcher logs when it listens on every interface
+/// (`--bind` left at 0.0.0.0, or given as a wildcard): any host that can reach its ports
+/// reaches the job. Empty when it binds one interface, or runs without a launcher (whose
+/// default is 127.0.0.1).
+[[nodiscard]] inline std::string wildcard_bind_warning(const settings& s) {
+    if (s.launch.kind == launcher_kind::embedded || !config_is_wildcard(s.bind)) {
+        return {};
+    }
+    return "petrel: listening on every interface (" + (s.bind.empty() ? "*" : s.bind) +
+           "): any host that reaches this process's ports reaches the job; set --bind "
+           "(PETREL_BIND) to the interface the job's hosts share";
+}
+
 } // namespace detail
 
 /// Runs this process's share of a job with resolved settings: hosts the manager, servers
@@ -325,6 +338,9 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     };
     for (const auto& line : s.overridden) {
         say(log_level::warning, "petrel: " + line); // nothing given is dropped unsaid
+    }
+    if (auto advice = detail::wildcard_bind_warning(s); !advice.empty()) {
+        say(log_level::warning, advice);
     }
     std::mutex failures_mutex;
     std::string failures; // one line per distinct failure, for the final report
