@@ -51,6 +51,7 @@ const std::vector<errc> all_errors{
     errc::not_permitted,
     errc::in_progress,
     errc::declaration_mismatch,
+    errc::auth_failed,
 };
 
 } // namespace

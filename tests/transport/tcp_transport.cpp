@@ -13,6 +13,8 @@
 #include <catch2/catch.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -461,4 +463,154 @@ TEST_CASE("tcp_transport: a message handler that throws closes only its connecti
     REQUIRE(closed == 1);
     CHECK(close_code == petrel::errc::handler_failed);
     CHECK_THAT(log.all(), Catch::Contains("handler refuses"));
+}
+
+namespace {
+
+/// Two transports on `io` with secrets `server_secret` and `client_secret` (empty: none),
+/// the server's messages and log recorded.
+struct secured_pair {
+    secured_pair(io_threads& io, std::string server_secret, std::string client_secret)
+        : server(io.executor(), {.log = server_log.logger(),
+                                 .secret = std::move(server_secret),
+                                 .handshake_timeout = 2s,
+                                 .auth_failure_delay = 50ms}),
+          client(io.executor(), {.log = client_log.logger(), .secret = std::move(client_secret)}) {
+        petrel::connection_handlers h;
+        h.on_message = [this](const petrel::connection_ptr& c, petrel::wire::message&& m) {
+            ++received;
+            c->send(std::move(m)); // echo
+        };
+        address = server.listen("127.0.0.1:0", h);
+    }
+
+    /// Connects, sends one message and waits for its echo; the connect's error, or
+    /// `errc::connection_closed` when the connection closed first, otherwise.
+    std::error_code round_trip() {
+        // The handlers outlive this call (the connection closes later): they share the
+        // outcome.
+        struct outcome_state {
+            std::promise<std::error_code> echoed;
+            std::atomic<bool> once{false};
+            void settle(std::error_code ec) {
+                if (!once.exchange(true)) {
+                    echoed.set_value(ec);
+                }
+            }
+        };
+        auto state = std::make_shared<outcome_state>();
+        petrel::connection_handlers h;
+        h.on_message = [state](const petrel::connection_ptr&, petrel::wire::message&&) {
+            state->settle({});
+        };
+        h.on_close = [state](const petrel::connection_ptr&, std::error_code) {
+            state->settle(petrel::errc::connection_closed);
+        };
+        std::promise<std::pair<std::error_code, petrel::connection_ptr>> connected;
+        client.async_connect(address, h, [&](std::error_code e, petrel::connection_ptr c) {
+            connected.set_value({e, std::move(c)});
+        });
+        auto [ec, c] = connected.get_future().get();
+        if (ec) {
+            return ec;
+        }
+        petrel::wire::message m;
+        m.header.kind = petrel::wire::message_kind::pull;
+        c->send(std::move(m));
+        auto outcome = state->echoed.get_future();
+        if (outcome.wait_for(10s) != std::future_status::ready) {
+            return petrel::errc::timed_out;
+        }
+        return outcome.get();
+    }
+
+    log_capture server_log;
+    log_capture client_log;
+    petrel::tcp_transport server;
+    petrel::tcp_transport client;
+    std::string address;
+    std::atomic<int> received{0};
+};
+
+} // namespace
+
+TEST_CASE("tcp_transport: with a secret, only peers that know it exchange messages",
+          "[transport][tcp][auth]") {
+    io_threads io;
+    SECTION("the same secret on both ends") {
+        secured_pair p(io, "job secret 1", "job secret 1");
+        CHECK_FALSE(p.round_trip());
+        CHECK(p.received == 1);
+        CHECK(p.server_log.size() == 0);
+    }
+    SECTION("a wrong secret: the connect fails, nothing reaches the server, which logs it") {
+        secured_pair p(io, "job secret 1", "job secret 2");
+        CHECK(p.round_trip() == petrel::errc::auth_failed);
+        CHECK(p.received == 0);
+        CHECK_THAT(p.server_log.all(), Catch::Contains("refused a connection from 127.0.0.1"));
+    }
+    SECTION("a server without a secret refuses a client that sends a hello") {
+        secured_pair p(io, "", "job secret 1");
+        CHECK(p.round_trip() == petrel::errc::auth_failed);
+        CHECK(p.received == 0);
+    }
+    SECTION("a client without a secret: its frames never reach the server") {
+        secured_pair p(io, "job secret 1", "");
+        CHECK(p.round_trip() == petrel::errc::connection_closed);
+        CHECK(p.received == 0);
+        // The client reads the server's hello where a frame belongs, and says why.
+        CHECK_THAT(p.client_log.all(), Catch::Contains("job's secret"));
+        CHECK_THAT(p.server_log.all(), Catch::Contains("refused a connection"));
+    }
+}
+
+TEST_CASE("tcp_transport: refusals are logged a line a second at most", "[transport][tcp][auth]") {
+    io_threads io;
+    secured_pair p(io, "job secret 1", "job secret 2");
+    for (int i = 0; i < 5; ++i) {
+        CHECK(p.round_trip() == petrel::errc::auth_failed);
+    }
+    CHECK(p.received == 0);
+    CHECK(p.server_log.size() < 5);
+}
+
+TEST_CASE("tcp_transport: a peer that connects and says nothing is closed after the handshake "
+          "timeout, and close() ends handshakes under way",
+          "[transport][tcp][auth]") {
+    io_threads io;
+    secured_pair p(io, "job secret 1", "job secret 1");
+    const auto port =
+        static_cast<std::uint16_t>(std::stoi(p.address.substr(p.address.rfind(':') + 1)));
+    asio::io_context raw;
+    auto silent_closed = [&](std::chrono::seconds limit) {
+        asio::ip::tcp::socket s(raw);
+        s.connect({asio::ip::make_address("127.0.0.1"), port});
+        auto fut = std::async(std::launch::async, [&] {
+            std::array<char, 64> sink{};
+            std::error_code ec;
+            while (!ec) {
+                s.read_some(asio::buffer(sink), ec); // the server's hello, then the close
+            }
+        });
+        const bool closed = fut.wait_for(limit) == std::future_status::ready;
+        std::error_code ignored;
+        s.close(ignored);
+        fut.wait();
+        return closed;
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(silent_closed(10s)); // handshake_timeout is 2 s here
+    CHECK(std::chrono::steady_clock::now() - t0 >= 1900ms);
+
+    asio::ip::tcp::socket s(raw);
+    s.connect({asio::ip::make_address("127.0.0.1"), port});
+    std::this_thread::sleep_for(100ms);
+    const auto t1 = std::chrono::steady_clock::now();
+    p.server.close();
+    std::array<char, 64> sink{};
+    std::error_code ec;
+    while (!ec) {
+        s.read_some(asio::buffer(sink), ec);
+    }
+    CHECK(std::chrono::steady_clock::now() - t1 < 1500ms); // not the handshake timeout
 }

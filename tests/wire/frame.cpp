@@ -195,6 +195,15 @@ TEST_CASE("frame: invalid frames are refused with a precise error", "[wire]") {
                                    std::to_string(protocol_minor) + ", this node " +
                                    version_text(protocol_version)));
     }
+    SECTION("a connection handshake's hello where a frame belongs") {
+        // The peer authenticates its connections ("PTRLAUTH", see
+        // transport/detail/handshake.hpp) and this node has no secret.
+        std::vector<std::byte> hello(41, std::byte{0});
+        std::memcpy(hello.data(), "PTRLAUTH", 8);
+        hello[8] = std::byte{1};
+        CHECK(feed(hello, 64).error == errc::auth_failed);
+        CHECK(feed(hello, 1).error == errc::auth_failed); // byte by byte too
+    }
     SECTION("another minor protocol version is accepted") {
         auto stream = frame_of(good);
         stream[3] = static_cast<std::byte>(protocol_minor + 1);

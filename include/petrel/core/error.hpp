@@ -63,10 +63,12 @@ enum class errc : int {
     in_progress,
     // Cluster membership (continued).
     declaration_mismatch,
+    // Authentication.
+    auth_failed,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::declaration_mismatch;
+inline constexpr errc last_errc = errc::auth_failed;
 
 namespace detail {
 
@@ -191,6 +193,10 @@ public:
                    "initializer, aggregation, update rule and its parameters, function names): "
                    "declare the same ones in every process (config::tables, config::functions); "
                    "the node's log names the first difference";
+        case errc::auth_failed:
+            return "the peer did not prove that it knows the job's secret, or this node does "
+                   "not know it (a different secret file, none given, or a peer that is not a "
+                   "node of this job): the connection is closed and nothing was exchanged";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

@@ -26,4 +26,5 @@
 #include <petrel/server/impl/checkpoint_format.ipp>
 #include <petrel/server/impl/checkpoint_manifest_io.ipp>
 #include <petrel/server/impl/server_node.ipp>
+#include <petrel/transport/impl/handshake.ipp>
 #include <petrel/wire/impl/compression.ipp>

@@ -6,6 +6,8 @@
 #include <petrel/wire/frame.hpp>
 #include <petrel/wire/message.hpp>
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -67,6 +69,16 @@ struct transport_options {
     /// but never reads the replies cannot make a server buffer without bound.
     /// (Connecting ends always read: the replies they receive free memory.)
     std::size_t max_send_queue_bytes = std::size_t{256} << 20;
+    /// The job's secret: when set, every connection starts with a mutual challenge-
+    /// response over it (HMAC-SHA256, see `detail::authenticate`) and carries no frame
+    /// until both ends proved they know it. Every node of a job needs the same one. Empty:
+    /// no authentication (a node then talks to any peer that reaches its ports).
+    std::string secret{};
+    /// How long a connection's handshake may take, on either end.
+    std::chrono::milliseconds handshake_timeout{5000};
+    /// How long an accepting end waits before it closes a connection whose peer failed
+    /// the handshake (slowing down guessing).
+    std::chrono::milliseconds auth_failure_delay{200};
 };
 
 } // namespace petrel

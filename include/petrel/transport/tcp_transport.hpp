@@ -6,6 +6,7 @@
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/detail/address.hpp>
 #include <petrel/transport/detail/completion.hpp>
+#include <petrel/transport/detail/handshake.hpp>
 #include <petrel/transport/detail/tcp_connection.hpp>
 #include <petrel/transport/transport.hpp>
 
@@ -16,6 +17,7 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
@@ -106,8 +108,105 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
                 co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
                 continue;
             }
-            self->adopt(std::move(socket), h, true);
+            if (self->opts.secret.empty()) {
+                self->adopt(std::move(socket), h, true);
+                continue;
+            }
+            auto pending = std::make_shared<asio::ip::tcp::socket>(std::move(socket));
+            if (!self->begin_handshake(pending)) {
+                std::error_code ignored;
+                pending->close(ignored);
+                continue;
+            }
+            asio::co_spawn(pending->get_executor(), admit(self, pending, h), asio::detached);
         }
+    }
+
+    /// Registers an accepted socket whose handshake begins, so that `close` can end it;
+    /// false (the socket is to be closed) once closed, or when `max_handshakes` run
+    /// already.
+    bool begin_handshake(const std::shared_ptr<asio::ip::tcp::socket>& socket) {
+        std::string line;
+        {
+            std::lock_guard lock(mutex);
+            if (!closed && handshakes.size() < max_handshakes) {
+                handshakes.emplace(socket.get(), socket);
+                return true;
+            }
+            if (!closed) {
+                line = refusal_line("a peer", "too many handshakes under way");
+            }
+        }
+        if (!line.empty()) {
+            log(log_level::warning, line);
+        }
+        return false;
+    }
+
+    /// Runs the acceptor's end of the handshake on `socket`, then serves it as an
+    /// accepted connection; a peer that fails it is closed after `auth_failure_delay`.
+    static asio::awaitable<void> admit(std::shared_ptr<tcp_transport_state> self,
+                                       std::shared_ptr<asio::ip::tcp::socket> socket,
+                                       connection_handlers h) {
+        std::error_code ec;
+        std::string who = "a peer";
+        if (const auto ep = socket->remote_endpoint(ec); !ec) {
+            who = ep.address().to_string() + ":" + std::to_string(ep.port());
+        }
+        try {
+            ec = co_await authenticate(*socket, self->opts.secret, false,
+                                       self->opts.handshake_timeout);
+        } catch (const std::exception&) {
+            ec = errc::auth_failed;
+        }
+        if (ec && ec != asio::error::operation_aborted) {
+            self->note_refusal(who, ec.message());
+            if (ec == errc::auth_failed) {
+                asio::steady_timer pause(socket->get_executor(), self->opts.auth_failure_delay);
+                std::error_code ignored;
+                co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+            }
+        }
+        {
+            std::lock_guard lock(self->mutex);
+            self->handshakes.erase(socket.get());
+        }
+        if (ec) {
+            std::error_code ignored;
+            socket->close(ignored);
+            co_return;
+        }
+        self->adopt(std::move(*socket), std::move(h), true);
+    }
+
+    /// Logs a refused connection, at most one line a second (then with the number of
+    /// refusals not logged since the last line).
+    void note_refusal(const std::string& who, const std::string& why) {
+        std::string line;
+        {
+            std::lock_guard lock(mutex);
+            line = refusal_line(who, why);
+        }
+        if (!line.empty()) {
+            log(log_level::warning, line);
+        }
+    }
+
+    /// Under `mutex`: the line to log for a refusal, or none within a second of the last.
+    std::string refusal_line(const std::string& who, const std::string& why) {
+        const auto now = std::chrono::steady_clock::now();
+        if (refusals_logged_at != std::chrono::steady_clock::time_point{} &&
+            now - refusals_logged_at < std::chrono::seconds(1)) {
+            ++refusals_unlogged;
+            return {};
+        }
+        std::string text = "refused a connection from " + who + ": " + why;
+        if (refusals_unlogged > 0) {
+            text += " (and " + std::to_string(refusals_unlogged) + " more since the last line)";
+        }
+        refusals_logged_at = now;
+        refusals_unlogged = 0;
+        return text;
     }
 
     static asio::awaitable<std::pair<std::error_code, connection_ptr>>
@@ -147,6 +246,17 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         if (ec) {
             co_return std::pair{ec, connection_ptr{}};
         }
+        if (!self->opts.secret.empty()) {
+            try {
+                ec = co_await authenticate(socket, self->opts.secret, true,
+                                           self->opts.handshake_timeout);
+            } catch (const std::exception&) {
+                ec = errc::auth_failed;
+            }
+            if (ec) {
+                co_return std::pair{ec, connection_ptr{}};
+            }
+        }
         auto conn = self->adopt(std::move(socket), std::move(h), false);
         if (!conn) {
             co_return std::pair{make_error_code(errc::shut_down), connection_ptr{}};
@@ -157,6 +267,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     void close() {
         std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> acc;
         std::vector<std::shared_ptr<tcp_connection>> conns;
+        std::vector<std::shared_ptr<asio::ip::tcp::socket>> shaking;
         {
             std::lock_guard lock(mutex);
             if (closed) {
@@ -164,6 +275,11 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             }
             closed = true;
             acc.swap(acceptors);
+            for (auto& [raw, weak] : handshakes) {
+                if (auto s = weak.lock()) {
+                    shaking.push_back(std::move(s));
+                }
+            }
             for (auto& [raw, weak] : connections) {
                 if (auto c = weak.lock()) {
                     conns.push_back(std::move(c));
@@ -179,7 +295,16 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         for (auto& c : conns) {
             c->close();
         }
+        for (auto& s : shaking) {
+            asio::post(s->get_executor(), [s] {
+                std::error_code ignored;
+                s->close(ignored);
+            });
+        }
     }
+
+    /// Accepted connections whose handshakes may run at once; more are closed at once.
+    static constexpr std::size_t max_handshakes = 128;
 
     asio::any_io_executor ex;
     transport_options opts;
@@ -188,6 +313,10 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     bool closed = false;
     std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> acceptors;
     std::unordered_map<tcp_connection*, std::weak_ptr<tcp_connection>> connections;
+    /// Accepted sockets in their handshake.
+    std::unordered_map<asio::ip::tcp::socket*, std::weak_ptr<asio::ip::tcp::socket>> handshakes;
+    std::chrono::steady_clock::time_point refusals_logged_at{};
+    std::size_t refusals_unlogged = 0;
 };
 
 } // namespace detail
@@ -198,7 +327,10 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
 /// messages are queued and written with gathered writes (header and payload segments
 /// straight from their buffers, several messages per system call when they queue up);
 /// incoming payloads land in pooled buffers; TCP_NODELAY is on. A peer that sends an
-/// invalid frame loses its connection, and the reason goes to the logger.
+/// invalid frame loses its connection, and the reason goes to the logger. With a secret
+/// in the options, a connection carries frames only once both ends proved they know it
+/// (`detail::authenticate`): connecting fails with `errc::auth_failed`, and a listener
+/// closes a peer that fails, after a short delay, and logs it (a line a second at most).
 ///
 /// Addresses are "host:port" (IPv6 as "[::1]:port"). Port 0 in `listen` picks a free
 /// port; the returned address has it.

@@ -187,6 +187,12 @@ parse_envelope(std::span<const std::byte> bytes, const wire_limits& limits, fram
         return {};
     }
     out.version = static_cast<std::uint16_t>(major << 8 | minor);
+    if (major == 'R' && minor == 'L') {
+        // "PTRL": the hello of a connection handshake (transport/detail/handshake.hpp)
+        // where a frame belongs: the peer authenticates its connections, this node has no
+        // secret.
+        return errc::auth_failed;
+    }
     if (major != protocol_major) {
         return errc::unsupported_version;
     }

@@ -1,0 +1,165 @@
+#include <petrel/transport/detail/handshake.hpp>
+
+#include <petrel/core/error.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/strand.hpp>
+#include <asio/use_future.hpp>
+#include <asio/write.hpp>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <utility>
+
+using namespace std::chrono_literals;
+using petrel::detail::auth_hello;
+using petrel::detail::auth_proof;
+using petrel::detail::check_proof;
+using petrel::detail::make_proof;
+
+namespace {
+
+/// Two connected loopback sockets, each on its own strand of `io`.
+struct socket_pair {
+    asio::ip::tcp::socket a;
+    asio::ip::tcp::socket b;
+};
+
+socket_pair connected(asio::io_context& io) {
+    asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+    asio::ip::tcp::socket a(asio::make_strand(io));
+    asio::ip::tcp::socket b(asio::make_strand(io));
+    a.connect(acceptor.local_endpoint());
+    acceptor.accept(b);
+    return {std::move(a), std::move(b)};
+}
+
+/// The outcome of running the handshake on `s` in the background.
+std::future<std::error_code> shake(asio::ip::tcp::socket& s, const std::string& secret,
+                                   bool initiator, std::chrono::milliseconds timeout = 5s) {
+    return asio::co_spawn(s.get_executor(),
+                          petrel::detail::authenticate(s, secret, initiator, timeout),
+                          asio::use_future);
+}
+
+} // namespace
+
+TEST_CASE("handshake: a hello carries a fresh nonce behind the magic and version",
+          "[transport][auth]") {
+    const auto h1 = auth_hello::fresh();
+    const auto h2 = auth_hello::fresh();
+    CHECK(h1.nonce != h2.nonce);
+    const auto bytes = h1.encode();
+    CHECK(std::memcmp(bytes.data(), "PTRLAUTH", 8) == 0);
+    CHECK(bytes[8] == std::byte{1});
+    auth_hello back;
+    REQUIRE(auth_hello::parse(bytes, back));
+    CHECK(back.nonce == h1.nonce);
+
+    auto bad = bytes;
+    bad[0] = std::byte{'X'};
+    CHECK_FALSE(auth_hello::parse(bad, back));
+    bad = bytes;
+    bad[8] = std::byte{2}; // another version
+    CHECK_FALSE(auth_hello::parse(bad, back));
+    // A Petrel frame where a hello belongs (a peer without a secret) is no hello.
+    std::array<std::byte, auth_hello::bytes> frame{};
+    frame[0] = std::byte{0x50};
+    frame[1] = std::byte{0x54};
+    CHECK_FALSE(auth_hello::parse(frame, back));
+}
+
+TEST_CASE("handshake: a proof holds only for its secret, its end and its nonces",
+          "[transport][auth]") {
+    const std::string secret = "correct horse battery staple";
+    const auto i = auth_hello::fresh();
+    const auto a = auth_hello::fresh();
+    // The initiator's proof, as the acceptor checks it.
+    const auth_proof from_initiator = make_proof(secret, true, a, i);
+    CHECK(check_proof(secret, true, i, a, from_initiator));
+    CHECK_FALSE(check_proof("correct horse battery stapler", true, i, a, from_initiator));
+    // Not valid as the acceptor's proof (no reflection), nor over other nonces (no replay).
+    CHECK_FALSE(check_proof(secret, false, a, i, from_initiator));
+    CHECK_FALSE(check_proof(secret, true, auth_hello::fresh(), a, from_initiator));
+    CHECK_FALSE(check_proof(secret, true, i, auth_hello::fresh(), from_initiator));
+    // The acceptor's proof, as the initiator checks it.
+    const auth_proof from_acceptor = make_proof(secret, false, i, a);
+    CHECK(check_proof(secret, false, a, i, from_acceptor));
+    CHECK(from_acceptor != from_initiator);
+    auto flipped = from_acceptor;
+    flipped[31] ^= std::byte{1};
+    CHECK_FALSE(check_proof(secret, false, a, i, flipped));
+}
+
+TEST_CASE("handshake: two ends with one secret both succeed", "[transport][auth]") {
+    asio::io_context io;
+    auto [a, b] = connected(io);
+    auto fa = shake(a, "s3cret-of-the-job", true);
+    auto fb = shake(b, "s3cret-of-the-job", false);
+    std::thread runner([&] { io.run(); });
+    CHECK_FALSE(fa.get());
+    CHECK_FALSE(fb.get());
+    runner.join();
+    // The stream is in step after it: what one end writes next, the other reads first.
+    asio::write(a, asio::buffer("next", 4));
+    std::array<char, 4> got{};
+    asio::read(b, asio::buffer(got));
+    CHECK(std::string(got.data(), 4) == "next");
+}
+
+TEST_CASE("handshake: ends with different secrets both fail, and the acceptor sends no proof",
+          "[transport][auth]") {
+    asio::io_context io;
+    auto [a, b] = connected(io);
+    auto fa = shake(a, "one secret", true);
+    auto fb = shake(b, "another secret", false);
+    std::thread runner([&] { io.run(); });
+    CHECK(fb.get() == petrel::errc::auth_failed);
+    b.close(); // as the transport does, after its delay
+    CHECK(fa.get() == petrel::errc::auth_failed);
+    runner.join();
+}
+
+TEST_CASE("handshake: a peer that is no Petrel node, or says nothing, fails in time",
+          "[transport][auth]") {
+    SECTION("garbage where a hello belongs") {
+        asio::io_context io;
+        auto [a, b] = connected(io);
+        auto fb = shake(b, "secret", false);
+        std::thread runner([&] { io.run(); });
+        std::array<char, auth_hello::bytes> junk{};
+        junk.fill('G');
+        asio::write(a, asio::buffer(junk));
+        CHECK(fb.get() == petrel::errc::auth_failed);
+        runner.join();
+    }
+    SECTION("a peer that closes") {
+        asio::io_context io;
+        auto [a, b] = connected(io);
+        auto fb = shake(b, "secret", false);
+        a.close();
+        std::thread runner([&] { io.run(); });
+        CHECK(fb.get() == petrel::errc::auth_failed);
+        runner.join();
+    }
+    SECTION("silence") {
+        asio::io_context io;
+        auto [a, b] = connected(io);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto fb = shake(b, "secret", false, 200ms);
+        std::thread runner([&] { io.run(); });
+        CHECK(fb.get() == petrel::errc::timed_out);
+        CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+        runner.join();
+        CHECK_FALSE(b.is_open());
+    }
+}
