@@ -17,6 +17,9 @@ work=$2
 launcher=${3:-petrel}
 mkdir -p "$work"
 size=5
+# The job's secret, shared by its processes through a file only this user can read.
+secret=$work/job.secret
+(umask 077 && head -c 32 /dev/urandom | base64 >"$secret")
 pids=()     # what this script started: the ranks, or mpirun
 ranks=()    # the process id of each rank of the current job
 cleanup() {
@@ -44,11 +47,11 @@ start() {
     if [ "$launcher" = mpirun ]; then
         # Each rank names its own files after the rank Open MPI gives it.
         FAILOVER_PROGRAM=$program FAILOVER_OUT=$work/$1 PETREL_ROOT=127.0.0.1:$port \
-            PETREL_SERVERS=3 PETREL_HEARTBEAT_TIMEOUT=5000 \
+            PETREL_SERVERS=3 PETREL_HEARTBEAT_TIMEOUT=5000 PETREL_SECRET_FILE=$secret \
             mpirun --allow-run-as-root --oversubscribe --mca orte_enable_recovery 1 \
             --mca orte_abort_on_non_zero_status 0 -np $size \
             -x FAILOVER_PROGRAM -x FAILOVER_OUT -x PETREL_ROOT -x PETREL_SERVERS \
-            -x PETREL_HEARTBEAT_TIMEOUT \
+            -x PETREL_HEARTBEAT_TIMEOUT -x PETREL_SECRET_FILE \
             bash -c 'r=$OMPI_COMM_WORLD_RANK; "$FAILOVER_PROGRAM" "$@" --csv "$FAILOVER_OUT-rank$r.csv" >"$FAILOVER_OUT-rank$r.out" 2>&1; echo "exit status $?" >>"$FAILOVER_OUT-rank$r.out"' \
             failover "${args[@]}" >"$work/$1-mpirun.out" 2>&1 &
         pids+=($!)
@@ -74,7 +77,7 @@ start() {
         for rank in $(seq 0 $((size - 1))); do
             PETREL_RANK=$rank PETREL_SIZE=$size PETREL_LOCAL_SIZE=$size \
                 PETREL_ROOT=127.0.0.1:$port PETREL_SERVERS=3 PETREL_HEARTBEAT_TIMEOUT=5000 \
-                "$program" "${args[@]}" --csv "$work/$1-rank$rank.csv" \
+                PETREL_SECRET_FILE=$secret "$program" "${args[@]}" --csv "$work/$1-rank$rank.csv" \
                 >"$work/$1-rank$rank.out" 2>&1 &
             pids+=($!)
             ranks+=($!)

@@ -287,7 +287,8 @@ TEST_CASE("attachment: a reader process attaches to a job of four processes by i
                                    .group = "evaluation",
                                    .heartbeat_interval = 100ms,
                                    .heartbeat_timeout = 1000ms,
-                                   .startup_timeout = 30000ms},
+                                   .startup_timeout = 30000ms,
+                                   .secret = petrel::test::job_secret()},
                                   nullptr);
         store kv(reader.node());
         const auto view = kv.view();

@@ -5,12 +5,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <map>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 using petrel::config;
 using petrel::config_error;
@@ -816,4 +820,48 @@ TEST_CASE("config: the I/O threads follow the machine, at most 16", "[launch]") 
     CHECK(petrel::default_io_threads() >= 1);
     CHECK(petrel::default_io_threads() <= 16);
     CHECK_THAT(petrel::usage("prog"), Catch::Contains("Default: the machine's hardware threads"));
+}
+
+TEST_CASE("config: the job's secret comes from a file or PETREL_SECRET, never shown",
+          "[launch][security]") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("petrel-config-secret-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto write = [&](const std::string& name, const std::string& content) {
+        const auto path = dir / name;
+        std::ofstream(path, std::ios::binary) << content;
+        return path.string();
+    };
+    const std::string secret = "0123456789abcdef-the-job-secret";
+    const auto file = write("secret", secret + "\n");
+
+    CHECK(resolve_with({}).secret.empty());                            // none given
+    CHECK(resolve_with({}, {"--secret-file", file}).secret == secret); // final line break off
+    CHECK(resolve_with({}, {}, {{"PETREL_SECRET_FILE", file}}).secret == secret);
+    config program;
+    program.secret_file = file;
+    CHECK(resolve_with(program).secret == secret);
+    CHECK(resolve_with({}, {}, {{"PETREL_SECRET", secret}}).secret == secret);
+    CHECK(resolve_with({}, {"--secret-file=" + write("crlf", secret + "\r\n")}).secret == secret);
+    // The file wins over PETREL_SECRET.
+    CHECK(resolve_with({}, {"--secret-file", file}, {{"PETREL_SECRET", "another secret, long"}})
+              .secret == secret);
+
+    // Refusals name where the secret came from, never the secret.
+    const auto missing = resolve_error({}, {"--secret-file", (dir / "none").string()});
+    CHECK_THAT(missing, Catch::Contains("--secret-file") && Catch::Contains("cannot read"));
+    const auto short_file = resolve_error({}, {"--secret-file", write("short", "tiny-secret\n")});
+    CHECK_THAT(short_file, Catch::Contains("11 bytes") && Catch::Contains("16 to 4096"));
+    CHECK_THAT(short_file, !Catch::Contains("tiny-secret\""));
+    const auto short_env = resolve_error({}, {}, {{"PETREL_SECRET", "tiny-secret"}});
+    CHECK_THAT(short_env, Catch::Contains("PETREL_SECRET") && !Catch::Contains("tiny-secret"));
+    const auto long_file =
+        resolve_error({}, {"--secret-file", write("long", std::string(5000, 'x'))});
+    CHECK_THAT(long_file, Catch::Contains("4097 bytes")); // read no further than that
+    // On the command line it is refused, and not repeated.
+    for (const args& a : {args{"--secret", secret}, args{"--secret=" + secret}}) {
+        const auto refused = resolve_error({}, a);
+        CHECK_THAT(refused, Catch::Contains("--secret-file") && !Catch::Contains(secret));
+    }
+    std::filesystem::remove_all(dir);
 }

@@ -509,6 +509,7 @@ start_joiner(const std::string& spec, std::uint16_t port, const std::string& job
                                            {"PETREL_WORKERS", std::to_string(workers)},
                                            {"PETREL_JOB_ID", job},
                                            {"PETREL_JOIN", role},
+                                           {"PETREL_SECRET", petrel::test::job_secret()},
                                            {"PETREL_TEST_LOG_INFO", "1"}},
         "/tmp/petrel-test-" + std::to_string(::getpid()) + "-join-" + role + ".log");
 }
@@ -811,6 +812,8 @@ TEST_CASE("run: four processes under mpirun", "[cluster][mpi]") {
                                   "PETREL_ROOT=127.0.0.1:" + std::to_string(port),
                                   "-x",
                                   "PETREL_SERVERS=2",
+                                  "-x",
+                                  "PETREL_SECRET=" + petrel::test::job_secret(),
                                   petrel::test::self_path(),
                                   "[spmd]"};
     petrel::test::child_process p(argv, {},
@@ -899,7 +902,8 @@ TEST_CASE("run: nodes in separate network namespaces bind and advertise their ow
                                                {"PETREL_SERVERS", "2"},
                                                {"PETREL_BIND", "0.0.0.0"},
                                                {"PETREL_ADVERTISE", net + (on_a ? "1" : "2")},
-                                               {"PETREL_JOB_ID", "netns-" + tag}};
+                                               {"PETREL_JOB_ID", "netns-" + tag},
+                                               {"PETREL_SECRET", petrel::test::job_secret()}};
         procs.push_back(std::make_unique<petrel::test::child_process>(
             argv, env, "/tmp/petrel-test-" + tag + "-netns-" + std::to_string(r) + ".log"));
     }
@@ -952,6 +956,8 @@ std::optional<std::string> signal_server_under_mpirun(int sig) {
                                   "PETREL_TEST_LOG_INFO=1",
                                   "-x",
                                   "PETREL_TEST_PID_DIR=" + pids.path.string(),
+                                  "-x",
+                                  "PETREL_SECRET=" + petrel::test::job_secret(),
                                   petrel::test::self_path(),
                                   "[spmd_failover]"};
     petrel::test::child_process p(argv, {},
@@ -1097,6 +1103,7 @@ TEST_CASE("run: a server cut off by the network is declared failed, writes nothi
                                            {"PETREL_WORKERS", "2"},
                                            {"PETREL_JOB_ID", "test-" + std::to_string(::getpid())},
                                            {"PETREL_HEARTBEAT_TIMEOUT", "1500"},
+                                           {"PETREL_SECRET", petrel::test::job_secret()},
                                            {"PETREL_JOIN", "server"},
                                            {"PETREL_TEST_LOG_INFO", "1"}},
         "/tmp/petrel-test-" + std::to_string(::getpid()) + "-rejoin.log"));

@@ -167,9 +167,17 @@ private:
     int status_ = 0;
 };
 
+/// The secret of the jobs these tests start (PETREL_SECRET): their connections
+/// authenticate as a real job's do.
+inline const std::string& job_secret() {
+    static const std::string secret = "petrel-test-secret-" + std::to_string(::getpid());
+    return secret;
+}
+
 /// Starts this binary as `size` processes of one job under the PETREL_* launcher,
 /// running the test case `spec` (which must call petrel::run), with its root at
-/// 127.0.0.1:`port` (a free port when 0) and job id "test-<pid of this process>".
+/// 127.0.0.1:`port` (a free port when 0), job id "test-<pid of this process>" and the
+/// secret `job_secret()`.
 inline std::vector<std::unique_ptr<petrel::test::child_process>>
 start_job(const std::string& spec, int size, const std::map<std::string, std::string>& extra,
           const std::vector<std::string>& prefix_of_rank = {}, std::uint16_t port = 0) {
@@ -184,7 +192,8 @@ start_job(const std::string& spec, int size, const std::map<std::string, std::st
             {"PETREL_LOCAL_SIZE", std::to_string(size)},
             {"PETREL_ROOT", "127.0.0.1:" + std::to_string(port)},
             {"PETREL_SERVERS", "2"},
-            {"PETREL_JOB_ID", "test-" + std::to_string(::getpid())}};
+            {"PETREL_JOB_ID", "test-" + std::to_string(::getpid())},
+            {"PETREL_SECRET", job_secret()}};
         for (const auto& [k, v] : extra) {
             env[k] = v;
         }

@@ -41,6 +41,8 @@ struct attach_options {
     std::chrono::milliseconds startup_timeout{30000};
     /// Every pull completes by then.
     std::chrono::milliseconds request_timeout{30000};
+    /// The job's secret, when it has one (`transport_options::secret`).
+    std::string secret{};
 };
 
 /// A reader: a worker of a read-only group (an inference service, an evaluator) that
@@ -72,6 +74,7 @@ public:
         try {
             transport_options topts;
             topts.log = log;
+            topts.secret = opts.secret;
             member_options mo;
             mo.root = opts.root;
             mo.job_id = opts.job_id;

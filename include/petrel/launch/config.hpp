@@ -9,7 +9,9 @@
 #include <array>
 #include <charconv>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -161,6 +163,12 @@ struct config {
     /// on without it. Read by the manager. `--worker-failure fail|drop`,
     /// `PETREL_WORKER_FAILURE`.
     std::optional<petrel::worker_failure> worker_failure{};
+    /// A file holding the job's secret, the same for every process: each connection then
+    /// starts with a mutual proof of it and a peer without it is refused
+    /// (`transport_options::secret`). `--secret-file FILE`, `PETREL_SECRET_FILE`; or the
+    /// secret itself in `PETREL_SECRET` (never on the command line, where other users of
+    /// the host can read it).
+    std::optional<std::string> secret_file{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -207,6 +215,9 @@ struct settings {
     std::chrono::milliseconds manager_grace{0};
     /// What a worker that fails does to the job.
     petrel::worker_failure worker_failure = petrel::worker_failure::fail;
+    /// The job's secret, from the secret file or `PETREL_SECRET` (empty: none given;
+    /// `petrel::run` then makes one for a job without a launcher).
+    std::string secret;
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -239,7 +250,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 21> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 22> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -311,6 +322,11 @@ struct config_option {
          "What a worker that fails does to the job: fail it, or drop it and go on as if it had "
          "left (its data share goes to the others, nobody waits for it, the updates it had not "
          "pushed are lost). Read by the manager. Default: fail."},
+        {"secret-file", "FILE", "PETREL_SECRET_FILE",
+         "A file holding the job's secret (at least 16 bytes; a final line break is not part "
+         "of it), the same for every process: each connection starts with a mutual proof of "
+         "it and peers without it are refused. Or the secret itself in PETREL_SECRET. "
+         "Default: none; a job without a launcher makes its own."},
     }};
 }
 
@@ -365,6 +381,19 @@ struct command_line {
         if (const auto eq = name.find('='); eq != std::string_view::npos) {
             value = name.substr(eq + 1);
             name = name.substr(0, eq);
+        }
+        if (name == "secret") {
+            // Other users of the host can read a command line: the value is not kept.
+            if (!value && i + 1 < argc && argv[i + 1] != nullptr &&
+                !std::string_view(argv[i + 1]).starts_with("--")) {
+                ++i;
+            }
+            if (!out.error) {
+                out.error = "petrel: --secret: give the job's secret in a file (--secret-file "
+                            "FILE) or in PETREL_SECRET, not on the command line, where other "
+                            "users of the host can read it";
+            }
+            continue;
         }
         const auto option = find_config_option(name);
         if (!option) {
@@ -827,6 +856,44 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     }
 }
 
+/// The shortest secret taken, and the longest secret file read.
+inline constexpr std::size_t config_min_secret_bytes = 16;
+inline constexpr std::size_t config_max_secret_bytes = 4096;
+
+/// Refuses a secret too short or too long; `where` names its origin (never the secret).
+inline void config_check_secret(const std::string& secret, std::string_view where) {
+    if (secret.size() < config_min_secret_bytes || secret.size() > config_max_secret_bytes) {
+        throw config_error("petrel: " + std::string(where) + ": the secret has " +
+                           std::to_string(secret.size()) + " bytes, expected " +
+                           std::to_string(config_min_secret_bytes) + " to " +
+                           std::to_string(config_max_secret_bytes) +
+                           " (for example: head -c 32 /dev/urandom | base64 > FILE)");
+    }
+}
+
+/// The secret in the file `v` names, without a final line break.
+[[nodiscard]] inline std::string config_read_secret(const config_value<std::string>& v) {
+    std::ifstream in(v.value, std::ios::binary);
+    if (!in) {
+        config_fail(v, "cannot read the secret file");
+    }
+    std::string secret(config_max_secret_bytes + 1, '\0');
+    in.read(secret.data(), static_cast<std::streamsize>(secret.size()));
+    if (in.bad()) {
+        config_fail(v, "cannot read the secret file");
+    }
+    secret.resize(static_cast<std::size_t>(in.gcount()));
+    if (!secret.empty() && secret.back() == '\n') {
+        secret.pop_back();
+        if (!secret.empty() && secret.back() == '\r') {
+            secret.pop_back();
+        }
+    }
+    config_check_secret(secret, (v.origin.empty() ? std::string("the default") : v.origin) + "=\"" +
+                                    v.text + "\"");
+    return secret;
+}
+
 /// Resolves every setting; throws `config_error` on the first bad one.
 [[nodiscard]] inline settings config_resolve(const config& program, const command_line& cl,
                                              const environment& env) {
@@ -1011,6 +1078,14 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
             config_fail(*restore, "empty (expected a checkpoint directory)");
         }
         s.restore = restore->value;
+    }
+    const auto secret_file =
+        config_pick(program.secret_file, "secret-file", cl, env, overridden, config_parse_text{});
+    if (secret_file) {
+        s.secret = config_read_secret(*secret_file);
+    } else if (auto text = env ? env("PETREL_SECRET") : std::nullopt) {
+        s.secret = std::move(*text);
+        config_check_secret(s.secret, "PETREL_SECRET");
     }
     s.overridden = std::move(overridden);
     return s;

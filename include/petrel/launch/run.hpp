@@ -294,6 +294,17 @@ private:
     std::shared_ptr<control> control_;
 };
 
+/// A secret for a job whose nodes all run in this process: 32 random bytes, as hex.
+[[nodiscard]] inline std::string random_secret() {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    for (const auto b : auth_hello::fresh().nonce) {
+        out += digits[std::to_integer<unsigned>(b) >> 4];
+        out += digits[std::to_integer<unsigned>(b) & 0xF];
+    }
+    return out;
+}
+
 /// The warning a process started by a launcher logs when it listens on every interface
 /// (`--bind` left at 0.0.0.0, or given as a wildcard): any host that can reach its ports
 /// reaches the job. Empty when it binds one interface, or runs without a launcher (whose
@@ -331,6 +342,10 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     }
     transport_options topts;
     topts.log = log;
+    topts.secret = s.secret;
+    if (topts.secret.empty() && s.launch.kind == launcher_kind::embedded) {
+        topts.secret = detail::random_secret(); // every node of the job is in this process
+    }
     auto say = [&](log_level level, const std::string& text) {
         if (log) {
             log(level, text);
@@ -341,6 +356,12 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     }
     if (auto advice = detail::wildcard_bind_warning(s); !advice.empty()) {
         say(log_level::warning, advice);
+    }
+    if (topts.secret.empty()) {
+        say(log_level::warning,
+            "petrel: this job has no secret: any process that reaches its ports can join it "
+            "and read or change the model; give every process the same --secret-file "
+            "(PETREL_SECRET_FILE)");
     }
     std::mutex failures_mutex;
     std::string failures; // one line per distinct failure, for the final report
