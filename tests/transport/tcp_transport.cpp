@@ -614,3 +614,24 @@ TEST_CASE("tcp_transport: a peer that connects and says nothing is closed after 
     }
     CHECK(std::chrono::steady_clock::now() - t1 < 1500ms); // not the handshake timeout
 }
+
+TEST_CASE("tcp_transport: close() ends a connect whose handshake waits for a silent peer",
+          "[transport][tcp][auth]") {
+    io_threads io;
+    asio::io_context raw;
+    asio::ip::tcp::acceptor silent(raw, {asio::ip::make_address("127.0.0.1"), 0});
+    petrel::tcp_transport client(io.executor(),
+                                 {.secret = "job secret 1", .handshake_timeout = 20s});
+    std::promise<std::error_code> done;
+    client.async_connect("127.0.0.1:" + std::to_string(silent.local_endpoint().port()), {},
+                         [&](std::error_code ec, petrel::connection_ptr) { done.set_value(ec); });
+    asio::ip::tcp::socket peer(raw);
+    silent.accept(peer); // and says nothing
+    std::this_thread::sleep_for(100ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    client.close();
+    auto outcome = done.get_future();
+    REQUIRE(outcome.wait_for(5s) == std::future_status::ready); // not the 20 s timeout
+    CHECK(outcome.get());
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}

@@ -247,15 +247,29 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             co_return std::pair{ec, connection_ptr{}};
         }
         if (!self->opts.secret.empty()) {
+            // Registered like an accepted socket's handshake, so that close() ends it.
+            auto shaking = std::make_shared<asio::ip::tcp::socket>(std::move(socket));
+            {
+                std::lock_guard lock(self->mutex);
+                if (self->closed) {
+                    co_return std::pair{make_error_code(errc::shut_down), connection_ptr{}};
+                }
+                self->handshakes.emplace(shaking.get(), shaking);
+            }
             try {
-                ec = co_await authenticate(socket, self->opts.secret, true,
+                ec = co_await authenticate(*shaking, self->opts.secret, true,
                                            self->opts.handshake_timeout);
             } catch (const std::exception&) {
                 ec = errc::auth_failed;
             }
+            {
+                std::lock_guard lock(self->mutex);
+                self->handshakes.erase(shaking.get());
+            }
             if (ec) {
                 co_return std::pair{ec, connection_ptr{}};
             }
+            socket = std::move(*shaking);
         }
         auto conn = self->adopt(std::move(socket), std::move(h), false);
         if (!conn) {
@@ -313,7 +327,8 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     bool closed = false;
     std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> acceptors;
     std::unordered_map<tcp_connection*, std::weak_ptr<tcp_connection>> connections;
-    /// Accepted sockets in their handshake.
+    /// Sockets in their handshake, accepted or connecting (both count towards
+    /// `max_handshakes` when a listener accepts).
     std::unordered_map<asio::ip::tcp::socket*, std::weak_ptr<asio::ip::tcp::socket>> handshakes;
     std::chrono::steady_clock::time_point refusals_logged_at{};
     std::size_t refusals_unlogged = 0;
