@@ -334,17 +334,18 @@ private:
 /// could not be reached, or a node refused because this process declares other tables or
 /// remote functions than the job's (the first difference named).
 inline int run(const settings& s, const worker_function& fn, logger log = stderr_logger()) {
-    asio::io_context io;
-    auto work = asio::make_work_guard(io);
-    std::vector<std::thread> io_threads;
-    for (std::uint32_t i = 0; i < s.threads; ++i) {
-        io_threads.emplace_back([&io] { io.run(); });
-    }
+    // Before any thread starts (making a secret may throw).
     transport_options topts;
     topts.log = log;
     topts.secret = s.secret;
     if (topts.secret.empty() && s.launch.kind == launcher_kind::embedded) {
         topts.secret = detail::random_secret(); // every node of the job is in this process
+    }
+    asio::io_context io;
+    auto work = asio::make_work_guard(io);
+    std::vector<std::thread> io_threads;
+    for (std::uint32_t i = 0; i < s.threads; ++i) {
+        io_threads.emplace_back([&io] { io.run(); });
     }
     auto say = [&](log_level level, const std::string& text) {
         if (log) {
