@@ -3,15 +3,14 @@
 
 #include <petrel/cluster/node.hpp>
 #include <petrel/fwd.hpp>
+#include <petrel/launch/detail/secret_file.hpp>
 #include <petrel/launch/launcher.hpp>
 
 #include <algorithm>
 #include <array>
 #include <charconv>
 #include <chrono>
-#include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -856,44 +855,6 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     }
 }
 
-/// The shortest secret taken, and the longest secret file read.
-inline constexpr std::size_t config_min_secret_bytes = 16;
-inline constexpr std::size_t config_max_secret_bytes = 4096;
-
-/// Refuses a secret too short or too long; `where` names its origin (never the secret).
-inline void config_check_secret(const std::string& secret, std::string_view where) {
-    if (secret.size() < config_min_secret_bytes || secret.size() > config_max_secret_bytes) {
-        throw config_error("petrel: " + std::string(where) + ": the secret has " +
-                           std::to_string(secret.size()) + " bytes, expected " +
-                           std::to_string(config_min_secret_bytes) + " to " +
-                           std::to_string(config_max_secret_bytes) +
-                           " (for example: head -c 32 /dev/urandom | base64 > FILE)");
-    }
-}
-
-/// The secret in the file `v` names, without a final line break.
-[[nodiscard]] inline std::string config_read_secret(const config_value<std::string>& v) {
-    std::ifstream in(v.value, std::ios::binary);
-    if (!in) {
-        config_fail(v, "cannot read the secret file");
-    }
-    std::string secret(config_max_secret_bytes + 1, '\0');
-    in.read(secret.data(), static_cast<std::streamsize>(secret.size()));
-    if (in.bad()) {
-        config_fail(v, "cannot read the secret file");
-    }
-    secret.resize(static_cast<std::size_t>(in.gcount()));
-    if (!secret.empty() && secret.back() == '\n') {
-        secret.pop_back();
-        if (!secret.empty() && secret.back() == '\r') {
-            secret.pop_back();
-        }
-    }
-    config_check_secret(secret, (v.origin.empty() ? std::string("the default") : v.origin) + "=\"" +
-                                    v.text + "\"");
-    return secret;
-}
-
 /// Resolves every setting; throws `config_error` on the first bad one.
 [[nodiscard]] inline settings config_resolve(const config& program, const command_line& cl,
                                              const environment& env) {
@@ -1082,10 +1043,13 @@ inline void config_check_secret(const std::string& secret, std::string_view wher
     const auto secret_file =
         config_pick(program.secret_file, "secret-file", cl, env, overridden, config_parse_text{});
     if (secret_file) {
-        s.secret = config_read_secret(*secret_file);
+        const auto& v = *secret_file;
+        s.secret =
+            read_secret_file(v.value, (v.origin.empty() ? std::string("the default") : v.origin) +
+                                          "=\"" + v.text + "\"");
     } else if (auto text = env ? env("PETREL_SECRET") : std::nullopt) {
         s.secret = std::move(*text);
-        config_check_secret(s.secret, "PETREL_SECRET");
+        check_secret(s.secret, "PETREL_SECRET");
     }
     s.overridden = std::move(overridden);
     return s;
