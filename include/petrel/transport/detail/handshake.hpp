@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <span>
+#include <string>
 #include <string_view>
 #include <system_error>
 
@@ -58,11 +59,12 @@ using auth_proof = std::array<std::byte, 32>;
                                            const auth_proof& got);
 
 /// Runs the handshake on a connected `socket` as the initiator (the connecting end) or
-/// the acceptor, within `timeout` (the socket is closed when it runs out). Completes with
+/// the acceptor, within `timeout` (the socket is closed when it runs out). The secret is
+/// copied into the operation: the caller need not keep it alive. Completes with
 /// no error once both ends proved the secret; with `errc::auth_failed` when the peer's
 /// hello or proof is wrong; with `errc::timed_out`, or the socket's error, otherwise.
 [[nodiscard]] PETREL_DECL asio::awaitable<std::error_code>
-authenticate(asio::ip::tcp::socket& socket, std::string_view secret, bool initiator,
+authenticate(asio::ip::tcp::socket& socket, std::string secret, bool initiator,
              std::chrono::milliseconds timeout);
 
 } // namespace petrel::detail

@@ -115,7 +115,7 @@ inline std::error_code refused(std::error_code ec) {
 } // namespace handshake_steps
 
 PETREL_DECL asio::awaitable<std::error_code> authenticate(asio::ip::tcp::socket& socket,
-                                                          std::string_view secret, bool initiator,
+                                                          std::string secret, bool initiator,
                                                           std::chrono::milliseconds timeout) {
     using handshake_steps::refused;
     auto state = std::make_shared<int>(0);
