@@ -1,12 +1,11 @@
 #include <petrel/launch/detail/secret_file.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
-#include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <unistd.h>
 
 using petrel::detail::check_secret;
 using petrel::detail::read_secret_file;
@@ -28,11 +27,9 @@ std::string error_of(F&& f) {
 
 TEST_CASE("secret_file: a secret file is read whole, without its final line break",
           "[launch][security]") {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("petrel-secret-file-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
+    const petrel::test::temp_dir dir;
     const auto file = [&](const std::string& name, const std::string& content) {
-        const auto path = dir / name;
+        const auto path = dir.path() / name;
         std::ofstream(path, std::ios::binary) << content;
         return path.string();
     };
@@ -51,13 +48,12 @@ TEST_CASE("secret_file: a secret file is read whole, without its final line brea
     CHECK_THAT(
         error_of([&] { (void)read_secret_file(file("long", std::string(1 << 20, 'y')), "F"); }),
         Catch::Contains("4097 bytes")); // read no further than that
-    CHECK_THAT(error_of([&] { (void)read_secret_file((dir / "none").string(), "F"); }),
+    CHECK_THAT(error_of([&] { (void)read_secret_file((dir.path() / "none").string(), "F"); }),
                Catch::Contains("petrel: F: cannot read the secret file"));
-    CHECK_THAT(error_of([&] { (void)read_secret_file(dir.string(), "F"); }),
+    CHECK_THAT(error_of([&] { (void)read_secret_file(dir.path().string(), "F"); }),
                Catch::Contains("cannot read") || Catch::Contains("0 bytes"));
     CHECK_THAT(error_of([&] { (void)read_secret_file(file("empty", ""), "F"); }),
                Catch::Contains("0 bytes"));
-    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("secret_file: a secret's length is checked, and errors never repeat it",
