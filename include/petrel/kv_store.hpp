@@ -428,13 +428,16 @@ public:
     /// `sequential`, called between iterations (after `clock()`, before the next push) by
     /// one worker, it is a consistent cut: every push of the earlier clocks is in, no later
     /// one. The directory must be shared by the servers and this worker (one host, or a
-    /// shared file system). Completion signature: `void(std::error_code)`;
-    /// `errc::checkpoint_failed` when a file could not be written (the log says why).
+    /// shared file system). Under a launcher `dir` is relative to the checkpoint root
+    /// (`--checkpoint-root`, the working directory by default) and may not climb out of
+    /// it. Completion signature: `void(std::error_code)`; `errc::checkpoint_failed` when
+    /// a file could not be written (the log says why), `errc::invalid_argument` for a
+    /// directory that is absolute or holds ".." under a root.
     ///
     /// @par Example
     /// @code
     /// if (worker.rank() == 0 && kv.current_clock() % 100 == 0) {
-    ///     kv.save("/shared/ckpt", asio::use_future).get();
+    ///     kv.save("ckpt/" + std::to_string(kv.current_clock()), asio::use_future).get();
     /// }
     /// @endcode
     template <typename CompletionToken>
@@ -462,7 +465,8 @@ private:
                 o.key_caching,
                 o.key_cache_bytes,
                 o.compression,
-                detail::policy_traits_of<Consistency>};
+                detail::policy_traits_of<Consistency>,
+                {}};
     }
 
     /// The options as the store made them final (a job's worker sets these).

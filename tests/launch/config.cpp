@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <map>
@@ -857,4 +858,42 @@ TEST_CASE("config: the job's secret comes from a file or PETREL_SECRET, never sh
         const auto refused = resolve_error({}, a);
         CHECK_THAT(refused, Catch::Contains("--secret-file") && !Catch::Contains(secret));
     }
+}
+
+TEST_CASE("config: --insecure is a flag, from the command line, the environment or the program",
+          "[launch][security]") {
+    CHECK_FALSE(resolve_with({}).insecure);
+    CHECK_FALSE(resolve_with({}, {}, launched(0, 2)).insecure);
+    CHECK(resolve_with({}, {"--insecure"}).insecure);
+    const auto s = resolve_with({}, {"--insecure", "--servers", "3"});
+    CHECK(s.insecure);
+    CHECK(s.servers == 3); // a flag takes no value: the next option is read as one
+    CHECK(resolve_with({}, {"--insecure", "train.csv"}).rest == args{"prog", "train.csv"});
+    CHECK(resolve_with({}, {}, {{"PETREL_INSECURE", "1"}}).insecure);
+    CHECK_FALSE(resolve_with({}, {}, {{"PETREL_INSECURE", "0"}}).insecure);
+    CHECK_FALSE(resolve_with({}, {"--insecure=no"}).insecure);
+    config program;
+    program.insecure = true;
+    CHECK(resolve_with(program).insecure);
+    CHECK_THAT(resolve_error({}, {}, {{"PETREL_INSECURE", "maybe"}}),
+               Catch::Contains("PETREL_INSECURE=\"maybe\"") && Catch::Contains("1 or 0"));
+    CHECK_THAT(petrel::usage("train"), Catch::Contains("  --insecure   (PETREL_INSECURE)") &&
+                                           Catch::Contains("refuses to start"));
+}
+
+TEST_CASE("config: the checkpoint root is absolute; the working directory under a launcher, "
+          "none without one",
+          "[launch][security][checkpoint]") {
+    CHECK(resolve_with({}).checkpoint_root.empty());
+    CHECK(resolve_with({}, {}, launched(0, 2)).checkpoint_root ==
+          std::filesystem::current_path().string());
+    CHECK(resolve_with({}, {"--checkpoint-root", "/shared/ckpt/"}).checkpoint_root ==
+          "/shared/ckpt/");
+    CHECK(resolve_with({}, {}, launched(1, 2, {{"PETREL_CHECKPOINT_ROOT", "/a/./b/../c"}}))
+              .checkpoint_root == "/a/c");
+    CHECK(resolve_with({}, {"--checkpoint-root=runs"}).checkpoint_root ==
+          (std::filesystem::current_path() / "runs").string());
+    CHECK_THAT(resolve_error({}, {"--checkpoint-root="}),
+               Catch::Contains("--checkpoint-root") && Catch::Contains("empty"));
+    CHECK_THAT(petrel::usage("train"), Catch::Contains("PETREL_CHECKPOINT_ROOT"));
 }

@@ -123,6 +123,77 @@ TEST_CASE("run: a launched process that listens on every interface says so, with
     CHECK(petrel::detail::wildcard_bind_warning(s).empty());
 }
 
+TEST_CASE("run: a launched process without a secret refuses to start unless --insecure",
+          "[launch][security]") {
+    petrel::settings s;
+    CHECK(petrel::detail::secret_refusal(s).empty()); // embedded: run makes a secret
+    s.launch.kind = petrel::launcher_kind::slurm;
+    CHECK_THAT(petrel::detail::secret_refusal(s),
+               Catch::Contains("--secret-file") && Catch::Contains("--insecure"));
+    s.insecure = true;
+    CHECK(petrel::detail::secret_refusal(s).empty());
+    s.insecure = false;
+    s.secret = "0123456789abcdef";
+    CHECK(petrel::detail::secret_refusal(s).empty());
+
+    // The refusal comes before anything starts: no listener, no worker, no wait.
+    s.secret.clear();
+    petrel::test::log_capture log;
+    bool called = false;
+    CHECK(petrel::run(
+              s, [&](petrel::worker_node&) { called = true; }, log.logger()) ==
+          petrel::run_config_error);
+    CHECK_FALSE(called);
+    CHECK_THAT(log.all(), Catch::Contains("no secret") && Catch::Contains("--insecure"));
+}
+
+TEST_CASE("run: saves write under the checkpoint root; a directory out of it is refused at the "
+          "worker",
+          "[checkpoint][security]") {
+    petrel::test::temp_dir dir;
+    const auto root = dir.path() / "root";
+    std::filesystem::create_directories(root);
+    auto cfg = quick_heartbeats();
+    cfg.servers = 2;
+    cfg.workers = 1;
+    cfg.checkpoint_root = root.string();
+    petrel::test::log_capture log;
+    std::vector<std::error_code> refusals;
+    REQUIRE(petrel::run(
+                cfg,
+                [&](petrel::worker_node& w) {
+                    petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 3});
+                    const std::vector<std::uint64_t> keys{1, 5, 1u << 20};
+                    kv.push(keys, xt::xtensor<float, 1>{1.0f, 2.0f, 3.0f}, asio::use_future).get();
+                    kv.clock();
+                    kv.save("run1/epoch1", asio::use_future).get();
+                    for (const auto* bad : {"../outside", "/tmp/outside", "a/../../outside"}) {
+                        try {
+                            kv.save(bad, asio::use_future).get();
+                            refusals.emplace_back();
+                        } catch (const std::system_error& e) {
+                            refusals.push_back(e.code());
+                        }
+                    }
+                },
+                log.logger()) == petrel::run_ok);
+    REQUIRE(refusals.size() == 3);
+    for (const auto& ec : refusals) {
+        CHECK(ec == petrel::errc::invalid_argument);
+    }
+    CHECK_THAT(log.all(), Catch::Contains("checkpoint refused") && Catch::Contains("\"..\""));
+    CHECK_FALSE(std::filesystem::exists(dir.path() / "outside"));
+    // Shards and manifest side by side under the root.
+    const auto m = petrel::read_checkpoint(root / "run1" / "epoch1", 3);
+    CHECK(m.shards.size() == 2);
+    std::uintmax_t rows = 0;
+    for (const auto& shard : m.shards) {
+        rows += shard.rows;
+        CHECK(std::filesystem::exists(root / "run1" / "epoch1" / "table-3" / shard.file));
+    }
+    CHECK(rows == 3);
+}
+
 // The job itself. Without a launcher it is an in-process cluster of 3 servers and 4
 // workers over loopback TCP; started by the tests below (PETREL_*, mpirun, namespaces)
 // each process hosts its share.

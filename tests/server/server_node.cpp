@@ -811,6 +811,43 @@ TEST_CASE("server_node: a save by servers that share an id fails, naming the pro
     CHECK_THROWS_AS(petrel::read_checkpoint(dir.path(), 0), petrel::checkpoint_error);
 }
 
+TEST_CASE("server_node: a save that names a directory outside the checkpoint root is refused, "
+          "and nothing is written",
+          "[checkpoint][security]") {
+    // A client without a root of its own sends whatever directory it likes: the server
+    // resolves it under its root or refuses it.
+    petrel::test::temp_dir dir;
+    const auto root = dir.path() / "root";
+    std::filesystem::create_directories(root);
+    petrel::test::log_capture log;
+    io_threads io{2};
+    petrel::transport_options topts;
+    topts.log = log.logger();
+    petrel::server_node server(petrel::tcp_transport(io.executor(), topts),
+                               {.node_id = 1, .checkpoint_root = root});
+    petrel::kv_store_options<std::uint64_t> o;
+    o.servers = {server.listen("127.0.0.1:0")};
+    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
+        petrel::tcp_transport(io.executor(), topts), o);
+    const std::vector<std::uint64_t> keys{1, 2, 3};
+    kv.push(keys, xt::xtensor<float, 1>(xt::ones<float>({keys.size()})), asio::use_future).get();
+    const auto outside = dir.path() / "outside";
+    for (const auto& target : {std::string("../outside"), outside.string(),
+                               std::string("run/../../outside"), std::string("")}) {
+        INFO(target);
+        try {
+            kv.save(target, asio::use_future).get();
+            FAIL("a save outside the root was taken");
+        } catch (const std::system_error& e) {
+            CHECK(e.code() == errc::invalid_argument);
+        }
+    }
+    CHECK_FALSE(std::filesystem::exists(outside));
+    CHECK(std::filesystem::is_empty(root));
+    // The server goes on serving.
+    CHECK(kv.pull(keys, asio::use_future).get().values()(2) == 1.0f);
+}
+
 TEST_CASE("server_node: a shard is written with no lock held: pushes and pulls of its "
           "table and of others complete meanwhile, and the shard holds the cut",
           "[checkpoint]") {

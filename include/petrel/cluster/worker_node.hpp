@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
@@ -148,6 +149,13 @@ public:
     [[nodiscard]] const std::string& restored_from() const noexcept { return restored_from_; }
     void set_restored_from(std::string dir) { restored_from_ = std::move(dir); }
 
+    /// The directory under which this worker's saves write their manifests, as the
+    /// servers write their shards (`server_options::checkpoint_root`); empty: none.
+    [[nodiscard]] const std::filesystem::path& checkpoint_root() const noexcept {
+        return checkpoint_root_;
+    }
+    void set_checkpoint_root(std::filesystem::path root) { checkpoint_root_ = std::move(root); }
+
     /// This worker's clock on table `table_id`, shared by its stores of that table.
     /// What the job declares of table `table_id` (`config::tables`), as stores made from
     /// this worker need it: its width and types. `petrel::run` declares every table.
@@ -226,6 +234,7 @@ private:
     std::shared_ptr<member> member_;
     std::chrono::milliseconds request_timeout_;
     std::string restored_from_;
+    std::filesystem::path checkpoint_root_;
     std::uint32_t rank_ = 0;
     bool read_only_ = false;
     std::string group_;

@@ -11,6 +11,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -168,6 +169,15 @@ struct config {
     /// secret itself in `PETREL_SECRET` (never on the command line, where other users of
     /// the host can read it).
     std::optional<std::string> secret_file{};
+    /// Run a launched job without a secret (refused otherwise): every process that can
+    /// reach its ports is trusted with the model. Every process logs a warning.
+    /// `--insecure`, `PETREL_INSECURE=1`.
+    std::optional<bool> insecure{};
+    /// The directory under which saves write checkpoints (`kv_store::save` names a
+    /// relative directory without ".." under it; any other is refused).
+    /// `--checkpoint-root DIR`, `PETREL_CHECKPOINT_ROOT`. Default: the working directory
+    /// under a launcher; none without one (every node is in this process).
+    std::optional<std::string> checkpoint_root{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -217,6 +227,10 @@ struct settings {
     /// The job's secret, from the secret file or `PETREL_SECRET` (empty: none given;
     /// `petrel::run` then makes one for a job without a launcher).
     std::string secret;
+    /// `config::insecure`: a launched job may run without a secret.
+    bool insecure = false;
+    /// Where saves write checkpoints, as an absolute path (empty: anywhere).
+    std::string checkpoint_root;
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -244,12 +258,13 @@ namespace detail {
 /// One of Petrel's command-line options.
 struct config_option {
     std::string_view name;     ///< without the leading "--"
-    std::string_view value;    ///< what the value looks like, for messages and usage()
+    std::string_view value;    ///< what the value looks like, for messages and usage();
+                               ///< empty for a flag, which takes none
     std::string_view variable; ///< the environment variable
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 22> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 24> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -326,6 +341,14 @@ struct config_option {
          "of it), the same for every process: each connection starts with a mutual proof of "
          "it and peers without it are refused. Or the secret itself in PETREL_SECRET. "
          "Default: none; a job without a launcher makes its own."},
+        {"insecure", "", "PETREL_INSECURE",
+         "Run a launched job without a secret, trusting every process that can reach its "
+         "ports with the model (each process logs a warning). Without it, a launched job with "
+         "no secret refuses to start."},
+        {"checkpoint-root", "DIR", "PETREL_CHECKPOINT_ROOT",
+         "The directory under which saves write checkpoints: a save names a relative "
+         "directory without \"..\" under it, and any other is refused. Default: the "
+         "working directory under a launcher; none without one."},
     }};
 }
 
@@ -399,6 +422,9 @@ struct command_line {
             out.rest.emplace_back(arg);
             continue;
         }
+        if (!value && option->value.empty()) {
+            value = "1"; // a flag
+        }
         if (!value) {
             if (i + 1 >= argc || argv[i + 1] == nullptr ||
                 std::string_view(argv[i + 1]).starts_with("--")) {
@@ -438,6 +464,9 @@ template <typename T>
 
 [[nodiscard]] inline std::string config_describe(std::uint32_t v) {
     return std::to_string(v);
+}
+[[nodiscard]] inline std::string config_describe(bool v) {
+    return v ? "1" : "0";
 }
 [[nodiscard]] inline std::string config_describe(const std::string& v) {
     return v;
@@ -495,6 +524,18 @@ struct config_parse_duration {
     std::chrono::milliseconds operator()(std::string_view origin, std::string_view text) const {
         return std::chrono::milliseconds(
             config_parse_number(origin, text, "a whole number of milliseconds, at least 1"));
+    }
+};
+
+struct config_parse_flag {
+    bool operator()(std::string_view origin, std::string_view text) const {
+        if (text == "1" || text == "true" || text == "yes") {
+            return true;
+        }
+        if (text == "0" || text == "false" || text == "no") {
+            return false;
+        }
+        config_fail(origin, text, "not a yes or no (expected 1 or 0)");
     }
 };
 
@@ -1051,6 +1092,20 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         s.secret = std::move(*text);
         check_secret(s.secret, "PETREL_SECRET");
     }
+    s.insecure = config_or(config_pick(program.insecure, "insecure", cl, env, overridden,
+                                       config_parse_flag{}),
+                           false)
+                     .value;
+    const auto ckpt_root = config_pick(program.checkpoint_root, "checkpoint-root", cl, env,
+                                       overridden, config_parse_text{});
+    if (ckpt_root) {
+        if (ckpt_root->value.empty()) {
+            config_fail(*ckpt_root, "empty (expected a directory)");
+        }
+        s.checkpoint_root = std::filesystem::absolute(ckpt_root->value).lexically_normal().string();
+    } else if (launched) {
+        s.checkpoint_root = std::filesystem::current_path().string();
+    }
     s.overridden = std::move(overridden);
     return s;
 }
@@ -1190,8 +1245,8 @@ inline void config_wrap(std::string& out, std::string_view text, std::size_t ind
                         0, width);
     out += '\n';
     for (const auto& o : detail::config_options()) {
-        out += "  --" + std::string(o.name) + " " + std::string(o.value) + "   (" +
-               std::string(o.variable) + ")\n";
+        out += "  --" + std::string(o.name) + (o.value.empty() ? "" : " ") + std::string(o.value) +
+               "   (" + std::string(o.variable) + ")\n";
         detail::config_wrap(out, o.help, 6, width);
     }
     out += "  -h, --help\n";

@@ -318,6 +318,20 @@ private:
            "(PETREL_BIND) to the interface the job's hosts share";
 }
 
+/// Why a process started by a launcher refuses to run its share of the job: it has no
+/// secret, so any process that reaches its ports could join and change the model, and
+/// `--insecure` was not given. Empty when it may run (with a secret, with `--insecure`,
+/// or without a launcher, where `run` makes the job's secret itself).
+[[nodiscard]] inline std::string secret_refusal(const settings& s) {
+    if (s.launch.kind == launcher_kind::embedded || !s.secret.empty() || s.insecure) {
+        return {};
+    }
+    return "petrel: this job has no secret, so any process that reaches its ports could join "
+           "it and change the model: give every process the same --secret-file "
+           "(PETREL_SECRET_FILE) or PETREL_SECRET, or --insecure (PETREL_INSECURE=1) where "
+           "every host that can reach the job is trusted";
+}
+
 } // namespace detail
 
 /// Runs this process's share of a job with resolved settings: hosts the manager, servers
@@ -332,8 +346,16 @@ private:
 /// whose training function threw, in this process or another (named, with the reason
 /// the manager gave), a job that did not form within the startup timeout, a root that
 /// could not be reached, or a node refused because this process declares other tables or
-/// remote functions than the job's (the first difference named).
+/// remote functions than the job's (the first difference named). A process started by a
+/// launcher without a secret and without `--insecure` starts nothing and returns
+/// `run_config_error` after logging why (`detail::secret_refusal`).
 inline int run(const settings& s, const worker_function& fn, logger log = stderr_logger()) {
+    if (auto refusal = detail::secret_refusal(s); !refusal.empty()) {
+        if (log) {
+            log(log_level::error, refusal);
+        }
+        return run_config_error;
+    }
     // Before any thread starts (making a secret may throw).
     transport_options topts;
     topts.log = log;
@@ -360,9 +382,8 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     }
     if (topts.secret.empty()) {
         say(log_level::warning,
-            "petrel: this job has no secret: any process that reaches its ports can join it "
-            "and read or change the model; give every process the same --secret-file "
-            "(PETREL_SECRET_FILE)");
+            "petrel: running without a secret (--insecure): any process that reaches this "
+            "job's ports can join it and read or change the model");
     }
     std::mutex failures_mutex;
     std::string failures; // one line per distinct failure, for the final report
@@ -447,6 +468,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 so.tables = s.tables;
                 so.replication_timeout = std::min(s.request_timeout / 2, 2 * s.heartbeat_timeout);
                 so.split_threads = detail::server_split_threads(s.threads, s.servers_here);
+                so.checkpoint_root = s.checkpoint_root;
                 auto server =
                     std::make_shared<server_node>(tcp_transport(io.get_executor(), topts), so);
                 const auto bound = server->listen(detail::host_port(s.bind, 0));
@@ -575,6 +597,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                             worker_node w(tcp_transport(io.get_executor(), topts), m,
                                           s.request_timeout);
                             w.set_restored_from(s.restore);
+                            w.set_checkpoint_root(s.checkpoint_root);
                             if (s.tables) {
                                 s.tables->for_each([&w](const table_registry::entry& e) {
                                     w.declare(e.id, {e.spec.width, e.key_type, e.value_type,

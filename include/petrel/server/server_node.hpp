@@ -62,6 +62,11 @@ struct server_options {
     /// released; a writer of its own when null. Servers of one process may share one so
     /// that their saves take turns at the disk.
     std::shared_ptr<checkpoint_writer> checkpoints{};
+    /// The directory under which saves write their shards (`--checkpoint-root`): a save
+    /// names a relative directory without ".." and the shards go to `root/dir`; any
+    /// other is refused with `errc::invalid_argument`. Empty: a save's directory is taken
+    /// as given, for servers whose clients all run in this process.
+    std::filesystem::path checkpoint_root{};
     /// The threads that may apply or read the parts of one large push or pull at once,
     /// the one serving it included: the threads that run the transport's executor. 0: the
     /// threads seen serving requests so far (at most 16), so a server on one thread never

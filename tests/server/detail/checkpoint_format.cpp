@@ -1,5 +1,6 @@
 #include <petrel/server/detail/checkpoint_format.hpp>
 
+#include <petrel/core/error.hpp>
 #include <petrel/wire/header.hpp>
 
 #include <catch2/catch.hpp>
@@ -140,4 +141,51 @@ TEST_CASE("checkpoint format: payloads round-trip through snappy blocks, checked
     CHECK(petrel::detail::check_payload(longer, 100).empty());
     longer.push_back(std::byte{0});
     CHECK(petrel::detail::check_payload(longer, 100) == "1 bytes follow the last block");
+}
+
+TEST_CASE("checkpoint format: a save's directory resolves under the root, never out of it",
+          "[checkpoint][security]") {
+    using petrel::detail::resolve_checkpoint_dir;
+    const std::filesystem::path root = "/srv/ckpt";
+    std::filesystem::path out;
+    std::string why;
+    auto refused = [&](const std::filesystem::path& r, std::string_view dir) {
+        out.clear();
+        why.clear();
+        const auto ec = resolve_checkpoint_dir(r, dir, out, why);
+        return ec == petrel::errc::invalid_argument && out.empty() && !why.empty();
+    };
+
+    REQUIRE_FALSE(resolve_checkpoint_dir(root, "run1/epoch3", out, why));
+    CHECK(out == root / "run1" / "epoch3");
+    REQUIRE_FALSE(resolve_checkpoint_dir(root, "./run1", out, why));
+    CHECK(out == root / "." / "run1");
+    REQUIRE_FALSE(resolve_checkpoint_dir(root, "a..b/..c", out, why)); // names, not climbs
+    CHECK(out == root / "a..b" / "..c");
+
+    CHECK(refused(root, "/etc"));
+    CHECK_THAT(why, Catch::Contains("absolute") && Catch::Contains("--checkpoint-root"));
+    CHECK(refused(root, "//host/share"));
+    for (const auto* climb : {"..", "../x", "run/../../x", "run/..", "./../x", "a/../b"}) {
+        INFO(climb);
+        CHECK(refused(root, climb));
+        CHECK_THAT(why, Catch::Contains("\"..\""));
+    }
+    // Always refused, with a root or without.
+    for (const auto& r : {root, std::filesystem::path{}}) {
+        CHECK(refused(r, ""));
+        CHECK(refused(r, std::string_view("run\0/x", 6)));
+        CHECK_THAT(why, Catch::Contains("NUL") && Catch::Contains("run\\x00/x"));
+        CHECK(refused(r, std::string(petrel::detail::checkpoint_max_dir_bytes + 1, 'a')));
+    }
+    // A text with control characters is shown escaped.
+    CHECK(refused(root, "/x\n\x1b[2J"));
+    CHECK(why.find('\n') == std::string::npos);
+    CHECK(why.find('\x1b') == std::string::npos);
+
+    // Without a root (every client in this process), any directory as given.
+    REQUIRE_FALSE(resolve_checkpoint_dir({}, "/tmp/../ckpt", out, why));
+    CHECK(out == "/tmp/../ckpt");
+    REQUIRE_FALSE(resolve_checkpoint_dir(
+        root, std::string(petrel::detail::checkpoint_max_dir_bytes, 'a'), out, why));
 }

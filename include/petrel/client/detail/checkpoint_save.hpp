@@ -11,6 +11,7 @@
 #include <petrel/core/error.hpp>
 #include <petrel/core/key.hpp>
 #include <petrel/core/log.hpp>
+#include <petrel/server/detail/checkpoint_format.hpp>
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/remote_call.hpp>
@@ -20,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -31,8 +33,8 @@ namespace petrel::detail {
 
 /// The table a checkpoint saves, as the client knows it.
 struct save_target {
-    std::string dir;
-    clock_type cut = 0; // the clock the servers saved at
+    std::filesystem::path dir; // resolved under the checkpoint root
+    clock_type cut = 0;        // the clock the servers saved at
     std::uint32_t table = 0;
     wire::scalar_type key_type = wire::scalar_type::u64;
     wire::scalar_type value_type = wire::scalar_type::f32;
@@ -79,17 +81,30 @@ struct initiate_save {
     void operator()(Handler&& handler, std::string dir) const {
         using handler_type = std::decay_t<Handler>;
         const auto& id = core->id();
-        save_target target{dir,           core->gate().read_gate().first,
-                           id.table,      id.key_type,
-                           id.value_type, id.width,
-                           id.node,       core->log()};
+        save_target target{{},
+                           core->gate().read_gate().first,
+                           id.table,
+                           id.key_type,
+                           id.value_type,
+                           id.width,
+                           id.node,
+                           core->log()};
         prepared_call c;
+        std::string why;
+        // The servers resolve `dir` as this store does, under the same root.
+        c.error = resolve_checkpoint_dir(core->settings().checkpoint_root, dir, target.dir, why);
+        if (c.error && core->log()) {
+            core->log()(log_level::error, "petrel worker " + std::to_string(id.node) +
+                                              ": checkpoint refused: " + why);
+        }
         c.range = {0, id.key_type == wire::scalar_type::u32 ? key_space_end<std::uint32_t>
                                                             : key_space_end<std::uint64_t>};
-        try {
-            c.body = shared_bytes::copy_of(encode_call(checkpoint_call, dir));
-        } catch (const std::exception&) {
-            c.error = errc::invalid_argument;
+        if (!c.error) {
+            try {
+                c.body = shared_bytes::copy_of(encode_call(checkpoint_call, dir));
+            } catch (const std::exception&) {
+                c.error = errc::invalid_argument;
+            }
         }
         start_call(
             *core, c,

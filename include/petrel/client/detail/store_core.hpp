@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -68,6 +69,8 @@ struct store_settings {
     std::size_t key_cache_bytes = 0;
     wire::compression_options compression;
     policy_traits policy{};
+    /// Where saves write their manifests (`worker_node::checkpoint_root`).
+    std::filesystem::path checkpoint_root;
 };
 
 /// A request checked, and its keys and values copied into pooled buffers (or shared with

@@ -88,6 +88,7 @@ PETREL_DECL store_core::store_core(worker_node& worker, store_settings s)
     s_.id.worker = worker.read_only() ? wire::no_worker : worker.rank();
     read_only_ = worker.read_only();
     s_.request_timeout = worker.request_timeout();
+    s_.checkpoint_root = worker.checkpoint_root();
     clock_ = worker.clock_of(s_.id.table);
     if (auto v = worker.view(); !v || v->ring.empty()) {
         throw std::invalid_argument("petrel::kv_store: the worker has no view of its job");

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace petrel::detail {
@@ -227,6 +228,21 @@ check_table_shape(wire::scalar_type key_type, wire::scalar_type value_type, std:
 [[nodiscard]] inline std::string shard_file_name(std::uint32_t server) {
     return "shard-" + std::to_string(server) + ".bin";
 }
+
+/// The longest checkpoint directory a save may name, in bytes.
+inline constexpr std::size_t checkpoint_max_dir_bytes = 4096;
+
+/// Where the checkpoint directory `dir`, named by a save (a peer's text), lies on this
+/// host. With a `root` (`--checkpoint-root`), `dir` must be a relative path without ".."
+/// and the result is `root/dir`, so that no caller reaches a file outside the root; with
+/// no root (a job whose nodes share one process), `dir` as given. A directory that is
+/// empty, longer than `checkpoint_max_dir_bytes` or holds a NUL byte is always refused.
+/// Links inside the root are followed: whoever may write there is trusted.
+/// @return the directory, or `errc::invalid_argument` with what is wrong in `why`.
+[[nodiscard]] PETREL_DECL std::error_code resolve_checkpoint_dir(const std::filesystem::path& root,
+                                                                 std::string_view dir,
+                                                                 std::filesystem::path& out,
+                                                                 std::string& why);
 
 /// The manifest of the checkpoint in `table_dir`: `table_dir/manifest.json`.
 [[nodiscard]] inline std::filesystem::path manifest_path(const std::filesystem::path& table_dir) {

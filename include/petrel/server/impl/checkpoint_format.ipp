@@ -3,6 +3,8 @@
 #ifndef PETREL_SERVER_IMPL_CHECKPOINT_FORMAT_IPP
 #define PETREL_SERVER_IMPL_CHECKPOINT_FORMAT_IPP
 
+#include <petrel/core/error.hpp>
+#include <petrel/core/log.hpp>
 #include <petrel/server/detail/checkpoint_format.hpp>
 
 #include <snappy.h>
@@ -161,6 +163,44 @@ PETREL_DECL bool uncompress_payload(std::span<const std::byte> in, std::span<std
         done += n;
     }
     return true;
+}
+
+PETREL_DECL std::error_code resolve_checkpoint_dir(const std::filesystem::path& root,
+                                                   std::string_view dir, std::filesystem::path& out,
+                                                   std::string& why) {
+    if (dir.empty()) {
+        why = "the checkpoint directory is empty";
+        return errc::invalid_argument;
+    }
+    if (dir.size() > checkpoint_max_dir_bytes) {
+        why = "the checkpoint directory is longer than " +
+              std::to_string(checkpoint_max_dir_bytes) + " bytes";
+        return errc::invalid_argument;
+    }
+    const auto shown = [dir] { return "\"" + printable(dir, 256) + "\""; };
+    if (dir.find('\0') != std::string_view::npos) {
+        why = "the checkpoint directory " + shown() + " holds a NUL byte";
+        return errc::invalid_argument;
+    }
+    std::filesystem::path p{std::string(dir)};
+    if (root.empty()) {
+        out = std::move(p);
+        return {};
+    }
+    if (p.has_root_name() || p.has_root_directory()) {
+        why = "the checkpoint directory " + shown() +
+              " is absolute: name a directory under the checkpoint root (--checkpoint-root)";
+        return errc::invalid_argument;
+    }
+    for (const auto& part : p) {
+        if (part == "..") {
+            why = "the checkpoint directory " + shown() +
+                  " holds \"..\": name a directory under the checkpoint root (--checkpoint-root)";
+            return errc::invalid_argument;
+        }
+    }
+    out = root / p;
+    return {};
 }
 
 } // namespace petrel::detail

@@ -545,16 +545,16 @@ PETREL_DECL std::error_code server_node::state::save(
     if (auto ec = detail::decode_binary(args, dir, message)) {
         return ec;
     }
-    if (dir.empty()) {
-        message = "the checkpoint directory is empty";
-        return errc::invalid_argument;
+    std::filesystem::path where;
+    if (auto ec = detail::resolve_checkpoint_dir(opts.checkpoint_root, dir, where, message)) {
+        return ec;
     }
     if (s.table && s.table->check(h)) {
         return s.table->check(h);
     }
     job = std::make_unique<checkpoint_writer::shard_job>();
     auto& j = *job;
-    j.file = detail::table_dir(dir, h.table_id) / detail::shard_file_name(opts.node_id);
+    j.file = detail::table_dir(where, h.table_id) / detail::shard_file_name(opts.node_id);
     j.server = opts.node_id;
     if (s.table) {
         if (!defer) {
