@@ -133,7 +133,8 @@ TEST_CASE("view: a control body carries its class version; a newer one's appende
     CHECK_FALSE(read(older).has_value());
 }
 
-TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cluster][view]") {
+TEST_CASE("view: corrupt control bodies are refused, never over-allocated",
+          "[cluster][view][security]") {
     petrel::detail::control_body b;
     b.op = petrel::detail::control_op::view;
     b.view = sample();
@@ -188,4 +189,15 @@ TEST_CASE("view: corrupt control bodies are refused, never over-allocated", "[cl
     CHECK_FALSE(with(policy).has_value());
     policy[at] = std::byte{1};
     CHECK(with(policy).has_value());
+    // So is any other flag byte other than 0 or 1: whether a view follows (after the
+    // fixed fields and four empty texts, 4 bytes each) and whether declarations do (the
+    // last byte).
+    constexpr std::size_t has_view = 4 + 31 + 4 * 4;
+    REQUIRE(copy[has_view] == std::byte{1});
+    REQUIRE(copy.back() == std::byte{0});
+    for (const auto flag : {has_view, copy.size() - 1}) {
+        auto odd_flag = copy;
+        odd_flag[flag] = std::byte{0x65};
+        CHECK_FALSE(with(odd_flag).has_value());
+    }
 }

@@ -448,7 +448,9 @@ void save(Archive& ar, const round_assignment& r) {
 template <class Archive>
 void load(Archive& ar, round_assignment& r) {
     detail::load_text(ar, r.schedule);
-    ar(r.round, r.finished, r.version, r.self);
+    ar(r.round);
+    r.finished = detail::load_flag(ar);
+    ar(r.version, r.self);
     r.blocks.resize(detail::load_count(ar, detail::max_view_nodes, "round participants"));
     for (auto& [n, b] : r.blocks) {
         ar(n, b);

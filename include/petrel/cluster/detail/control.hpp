@@ -57,9 +57,7 @@ void save_optional(Archive& ar, const std::optional<T>& v) {
 
 template <class Archive, typename T>
 void load_optional(Archive& ar, std::optional<T>& v) {
-    bool has = false;
-    ar(has);
-    if (has) {
+    if (load_flag(ar)) {
         v.emplace();
         ar(*v);
     }
@@ -199,9 +197,7 @@ struct control_body {
         load_optional(ar, data);
         load_optional(ar, blocks);
         load_optional(ar, round);
-        bool has_declared = false;
-        ar(has_declared);
-        if (has_declared) {
+        if (load_flag(ar)) {
             declared.emplace();
             load_declarations(ar, *declared);
         }

@@ -35,6 +35,18 @@ void load_text(Archive& ar, std::string& s) {
     ar(cereal::binary_data(s.data(), n));
 }
 
+/// Reads a flag written as a `bool` (one byte), refusing a byte other than 0 or 1 (read
+/// straight into a `bool`, it would be a value no `bool` holds).
+template <class Archive>
+bool load_flag(Archive& ar) {
+    std::uint8_t b = 0;
+    ar(b);
+    if (b > 1) {
+        throw std::domain_error("a flag that is neither 0 nor 1");
+    }
+    return b == 1;
+}
+
 /// Reads a count and refuses it above `limit` before anything is allocated.
 template <class Archive>
 std::uint32_t load_count(Archive& ar, std::uint32_t limit, const char* what) {
