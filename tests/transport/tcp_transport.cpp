@@ -648,3 +648,76 @@ TEST_CASE("tcp_transport: close() ends a connect whose handshake waits for a sil
     CHECK(outcome.get());
     CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
+
+TEST_CASE("tcp_transport: a listener keeps a bounded number of connections, from one address "
+          "and in all; a connection that closes frees its place",
+          "[transport][tcp][security]") {
+    io_threads io;
+    for (const bool secured : {false, true}) {
+        INFO((secured ? "with a secret" : "without a secret"));
+        log_capture log;
+        petrel::transport_options o{.log = log.logger(),
+                                    .handshake_timeout = 20s,
+                                    .max_accepted_connections = 4,
+                                    .max_connections_per_address = 3};
+        if (secured) {
+            o.secret = "job secret 1";
+        }
+        petrel::tcp_transport server(io.executor(), o);
+        const auto address = server.listen("127.0.0.1:0", {});
+        const asio::ip::tcp::endpoint endpoint{
+            asio::ip::make_address("127.0.0.1"),
+            static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))};
+        asio::io_context raw;
+        // A connection from `from` (any 127.x.y.z is this host's).
+        auto open = [&](const char* from) {
+            auto s = std::make_unique<asio::ip::tcp::socket>(raw);
+            s->open(asio::ip::tcp::v4());
+            s->bind({asio::ip::make_address(from), 0});
+            s->connect(endpoint);
+            s->non_blocking(true);
+            return s;
+        };
+        // Whether the server closes `s` within `wait` (a hello it sends is read past).
+        auto closed = [](asio::ip::tcp::socket& s, std::chrono::milliseconds wait) {
+            const auto until = std::chrono::steady_clock::now() + wait;
+            std::array<char, 64> sink{};
+            while (std::chrono::steady_clock::now() < until) {
+                std::error_code ec;
+                s.read_some(asio::buffer(sink), ec);
+                if (ec == asio::error::would_block) {
+                    std::this_thread::sleep_for(10ms);
+                } else if (ec) {
+                    return true;
+                }
+            }
+            return false;
+        };
+        std::vector<std::unique_ptr<asio::ip::tcp::socket>> kept;
+        for (int i = 0; i < 3; ++i) {
+            kept.push_back(open("127.0.0.1"));
+        }
+        auto fourth = open("127.0.0.1");
+        CHECK(closed(*fourth, 5000ms)); // a fourth from one address
+        CHECK_THAT(log.all(), Catch::Contains("max_connections_per_address"));
+        kept.push_back(open("127.0.0.2")); // another address: the fourth in all
+        auto fifth = open("127.0.0.3");
+        CHECK(closed(*fifth, 5000ms)); // a fifth in all
+        for (auto& s : kept) {
+            CHECK_FALSE(closed(*s, 100ms));
+        }
+        // One closes: its place is free again once the server saw it go.
+        kept.front()->close();
+        kept.erase(kept.begin());
+        bool taken = false;
+        for (int attempt = 0; attempt < 50 && !taken; ++attempt) {
+            auto again = open("127.0.0.1");
+            taken = !closed(*again, 200ms);
+            if (taken) {
+                kept.push_back(std::move(again));
+            }
+        }
+        CHECK(taken);
+        server.close();
+    }
+}

@@ -79,6 +79,12 @@ struct transport_options {
     /// How long an accepting end waits before it closes a connection whose peer failed
     /// the handshake (slowing down guessing).
     std::chrono::milliseconds auth_failure_delay{200};
+    /// Connections a node's listeners keep at once (those in their handshake included):
+    /// beyond it an accepted connection is closed at once and the refusal logged, so that
+    /// idle connections cannot hold a node's memory without bound.
+    std::size_t max_accepted_connections = 4096;
+    /// Of those, from one peer address (processes of one host share theirs).
+    std::size_t max_connections_per_address = 512;
 };
 
 } // namespace petrel

@@ -23,6 +23,7 @@
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,26 @@ namespace detail {
     return asio::make_strand(ex);
 }
 
+struct tcp_transport_state;
+
+/// An accepted connection's place under the listeners' limits
+/// (`transport_options::max_accepted_connections`, `max_connections_per_address`), given
+/// back once: when the connection goes, or with the last copy of the ticket.
+class connection_ticket {
+public:
+    connection_ticket(std::weak_ptr<tcp_transport_state> state, std::string address)
+        : state_(std::move(state)), address_(std::move(address)) {}
+    connection_ticket(const connection_ticket&) = delete;
+    connection_ticket& operator=(const connection_ticket&) = delete;
+    ~connection_ticket() { release(); }
+    inline void release() noexcept;
+
+private:
+    std::weak_ptr<tcp_transport_state> state_;
+    std::string address_;
+    std::atomic<bool> released_{false};
+};
+
 struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     tcp_transport_state(asio::any_io_executor e, transport_options o, std::chrono::milliseconds t)
         : ex(std::move(e)), opts(std::move(o)), connect_timeout(t) {
@@ -67,13 +88,18 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     }
 
     /// Wraps a connected socket, registers it and starts its loops; nullptr after close().
+    /// An accepted connection holds its `ticket` until it goes.
     std::shared_ptr<tcp_connection> adopt(asio::ip::tcp::socket socket, connection_handlers h,
-                                          bool accepted) {
+                                          bool accepted,
+                                          std::shared_ptr<connection_ticket> ticket = {}) {
         std::weak_ptr<tcp_transport_state> weak = weak_from_this();
-        auto forget = [weak](tcp_connection* gone) {
+        auto forget = [weak, ticket = std::move(ticket)](tcp_connection* gone) {
             if (auto s = weak.lock()) {
                 std::lock_guard lock(s->mutex);
                 s->connections.erase(gone);
+            }
+            if (ticket) {
+                ticket->release();
             }
         };
         auto conn = std::make_shared<tcp_connection>(std::move(socket), opts, std::move(h),
@@ -108,8 +134,14 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
                 co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
                 continue;
             }
+            auto ticket = self->take_ticket(socket);
+            if (!ticket) {
+                std::error_code ignored;
+                socket.close(ignored);
+                continue;
+            }
             if (self->opts.secret.empty()) {
-                self->adopt(std::move(socket), h, true);
+                self->adopt(std::move(socket), h, true, std::move(ticket));
                 continue;
             }
             auto pending = std::make_shared<asio::ip::tcp::socket>(std::move(socket));
@@ -118,7 +150,55 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
                 pending->close(ignored);
                 continue;
             }
-            asio::co_spawn(pending->get_executor(), admit(self, pending, h), asio::detached);
+            asio::co_spawn(pending->get_executor(), admit(self, pending, h, std::move(ticket)),
+                           asio::detached);
+        }
+    }
+
+    /// A place for a connection just accepted on `socket`, or none (it is to be closed,
+    /// the refusal logged) when the listeners hold `max_accepted_connections` already, or
+    /// `max_connections_per_address` from its peer's address.
+    std::shared_ptr<connection_ticket> take_ticket(const asio::ip::tcp::socket& socket) {
+        std::error_code ec;
+        const auto ep = socket.remote_endpoint(ec);
+        if (ec) {
+            return nullptr; // gone already
+        }
+        std::string address = ep.address().to_string();
+        std::string line;
+        {
+            std::lock_guard lock(mutex);
+            auto& from = per_address[address];
+            if (accepted_count < opts.max_accepted_connections &&
+                from < opts.max_connections_per_address) {
+                ++accepted_count;
+                ++from;
+                return std::make_shared<connection_ticket>(weak_from_this(), std::move(address));
+            }
+            const bool per_peer = from >= opts.max_connections_per_address;
+            if (from == 0) {
+                per_address.erase(address);
+            }
+            line = refusal_line(
+                address + ":" + std::to_string(ep.port()),
+                per_peer ? "it has " + std::to_string(opts.max_connections_per_address) +
+                               " connections open (max_connections_per_address)"
+                         : "this node has " + std::to_string(opts.max_accepted_connections) +
+                               " accepted connections open (max_accepted_connections)");
+        }
+        if (!line.empty()) {
+            log(log_level::warning, line);
+        }
+        return nullptr;
+    }
+
+    /// Gives back a ticket's place (`connection_ticket::release`).
+    void return_ticket(const std::string& address) noexcept {
+        std::lock_guard lock(mutex);
+        --accepted_count;
+        if (const auto it = per_address.find(address);
+            it != per_address.end() && --it->second == 0) {
+            per_address.erase(it);
         }
     }
 
@@ -147,7 +227,8 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     /// accepted connection; a peer that fails it is closed after `auth_failure_delay`.
     static asio::awaitable<void> admit(std::shared_ptr<tcp_transport_state> self,
                                        std::shared_ptr<asio::ip::tcp::socket> socket,
-                                       connection_handlers h) {
+                                       connection_handlers h,
+                                       std::shared_ptr<connection_ticket> ticket) {
         std::error_code ec;
         std::string who = "a peer";
         if (const auto ep = socket->remote_endpoint(ec); !ec) {
@@ -176,7 +257,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             socket->close(ignored);
             co_return;
         }
-        self->adopt(std::move(*socket), std::move(h), true);
+        self->adopt(std::move(*socket), std::move(h), true, std::move(ticket));
     }
 
     /// Logs a refused connection, at most one line a second (then with the number of
@@ -332,7 +413,19 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     std::unordered_map<asio::ip::tcp::socket*, std::weak_ptr<asio::ip::tcp::socket>> handshakes;
     std::chrono::steady_clock::time_point refusals_logged_at{};
     std::size_t refusals_unlogged = 0;
+    /// Accepted connections holding a ticket, in all and by peer address.
+    std::size_t accepted_count = 0;
+    std::unordered_map<std::string, std::size_t> per_address;
 };
+
+inline void connection_ticket::release() noexcept {
+    if (released_.exchange(true)) {
+        return;
+    }
+    if (auto s = state_.lock()) {
+        s->return_ticket(address_);
+    }
+}
 
 } // namespace detail
 
