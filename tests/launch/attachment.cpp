@@ -38,14 +38,15 @@ constexpr int clocks = 60;
 
 /// A job of two servers and two training workers on loopback, formed.
 struct training_job {
-    training_job()
+    explicit training_job(std::uint32_t max_readers = 64)
         : manager(petrel::tcp_transport(io.executor(), quiet()),
                   {.job_id = "live",
                    .servers = 2,
                    .workers = 2,
                    .ring = {.partitions = 16, .stripe_keys = 8},
                    .heartbeat_timeout = 2000ms,
-                   .startup_timeout = 10000ms}),
+                   .startup_timeout = 10000ms,
+                   .max_readers = max_readers}),
           root(manager.listen("127.0.0.1:0")) {
         for (int i = 0; i < 2; ++i) {
             servers.push_back(
@@ -239,6 +240,33 @@ TEST_CASE("attachment: attaching to no job, or to the wrong one, is a clear erro
     } catch (const std::system_error& e) {
         CHECK(e.code() == petrel::errc::manager_unreachable);
     }
+}
+
+TEST_CASE("attachment: a job takes at most max_readers readers at once; one that detaches "
+          "makes room",
+          "[scheduler][security]") {
+    training_job job(2);
+    auto first = std::make_unique<petrel::attachment>(job.reader_options(), job.logs.logger());
+    petrel::attachment second(job.reader_options("other"), job.logs.logger());
+    try {
+        petrel::attachment third(job.reader_options(), job.logs.logger());
+        FAIL("a third reader attached");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == petrel::errc::job_full);
+        CHECK_THAT(e.what(), Catch::Contains("max_readers"));
+    }
+    first.reset(); // detaches
+    std::unique_ptr<petrel::attachment> third;
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!third && std::chrono::steady_clock::now() < until) {
+        try {
+            third = std::make_unique<petrel::attachment>(job.reader_options(), job.logs.logger());
+        } catch (const std::system_error& e) {
+            REQUIRE(e.code() == petrel::errc::job_full); // until the manager saw it go
+            std::this_thread::sleep_for(50ms);
+        }
+    }
+    CHECK(third);
 }
 
 // The job a reader process attaches to (below). Without a launcher, the whole job in this

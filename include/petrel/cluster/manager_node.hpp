@@ -71,6 +71,10 @@ struct manager_options {
     /// alive. Block schedules start again from their first round; barriers, data sets and
     /// joins are asked for again by the nodes.
     bool take_over = false;
+    /// Readers attached at once (those waiting for the job to form included); one more
+    /// is refused with `errc::job_full`, so that attaching cannot grow the view, and the
+    /// messages every view change sends, without bound.
+    std::uint32_t max_readers = 64;
 };
 
 /// The manager of a job: nodes register with it at the root address; once every server

@@ -309,6 +309,12 @@ manager_node::state::on_join(const connection_ptr& c, const wire::message_header
                                           std::string(training_group) + "')")});
             return;
         }
+        if (live_count(node_role::reader) + early_readers.size() >= opts.max_readers) {
+            out.push_back({c, refusal(h, errc::job_full,
+                                      "the job has " + std::to_string(opts.max_readers) +
+                                          " readers attached (manager_options::max_readers)")});
+            return;
+        }
         if (ph == phase::running) {
             admit(c, h, std::move(b), out);
         } else if (ph == phase::registering) {
