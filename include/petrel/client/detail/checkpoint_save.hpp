@@ -11,7 +11,6 @@
 #include <petrel/core/error.hpp>
 #include <petrel/core/key.hpp>
 #include <petrel/core/log.hpp>
-#include <petrel/server/detail/checkpoint_format.hpp>
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/remote_call.hpp>
@@ -24,6 +23,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -50,6 +50,12 @@ struct save_target {
 /// hold the table with different update rules, or the manifest cannot be written.
 [[nodiscard]] PETREL_DECL std::error_code finish_save(const save_target& target,
                                                       const std::vector<shared_bytes>& answers);
+
+/// Where the store's save to `dir` writes its manifest: `dir` under the checkpoint root
+/// (`detail::resolve_checkpoint_dir`, as the servers resolve it), or
+/// `errc::invalid_argument` for a directory out of the root, logged with the reason.
+[[nodiscard]] PETREL_DECL std::error_code
+resolve_save_dir(const store_core& core, std::string_view dir, std::filesystem::path& out);
 
 /// A save with its handler, `void(std::error_code)`: a checkpoint call whose completion
 /// writes the manifest (`finish_save`) before it runs the handler.
@@ -90,13 +96,7 @@ struct initiate_save {
                            id.node,
                            core->log()};
         prepared_call c;
-        std::string why;
-        // The servers resolve `dir` as this store does, under the same root.
-        c.error = resolve_checkpoint_dir(core->settings().checkpoint_root, dir, target.dir, why);
-        if (c.error && core->log()) {
-            core->log()(log_level::error, "petrel worker " + std::to_string(id.node) +
-                                              ": checkpoint refused: " + why);
-        }
+        c.error = resolve_save_dir(*core, dir, target.dir);
         c.range = {0, id.key_type == wire::scalar_type::u32 ? key_space_end<std::uint32_t>
                                                             : key_space_end<std::uint64_t>};
         if (!c.error) {

@@ -7,12 +7,24 @@
 #include <petrel/core/error.hpp>
 #include <petrel/server/checkpoint.hpp>
 #include <petrel/server/detail/checkpoint_call.hpp>
+#include <petrel/server/detail/checkpoint_format.hpp>
 
 #include <algorithm>
 #include <exception>
 #include <stdexcept>
 
 namespace petrel::detail {
+
+PETREL_DECL std::error_code resolve_save_dir(const store_core& core, std::string_view dir,
+                                             std::filesystem::path& out) {
+    std::string why;
+    const auto ec = resolve_checkpoint_dir(core.settings().checkpoint_root, dir, out, why);
+    if (ec && core.log()) {
+        core.log()(log_level::error, "petrel worker " + std::to_string(core.id().node) +
+                                         ": checkpoint refused: " + why);
+    }
+    return ec;
+}
 
 PETREL_DECL std::error_code finish_save(const save_target& target,
                                         const std::vector<shared_bytes>& answers) {
