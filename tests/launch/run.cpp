@@ -399,7 +399,8 @@ TEST_CASE("run: a rank whose manager cannot listen fails at once, no hang", "[cl
                                               {"PETREL_ROOT", root},
                                               {"PETREL_ROLES", "manager"},
                                               {"PETREL_SERVERS", "1"},
-                                              {"PETREL_WORKERS", "1"}});
+                                              {"PETREL_WORKERS", "1"},
+                                              {"PETREL_SECRET", petrel::test::job_secret()}});
     const char* argv[] = {"trainer"};
     const auto s = petrel::resolve(quick_heartbeats(), 1, argv, env);
     CHECK(s.managers_here == 1);
@@ -435,7 +436,8 @@ TEST_CASE("run: a process declaring another update rule fails at join, naming ta
                                                   {"PETREL_ROLES", roles},
                                                   {"PETREL_SERVERS", "2"},
                                                   {"PETREL_WORKERS", "1"},
-                                                  {"PETREL_JOB_ID", "declarations"}});
+                                                  {"PETREL_JOB_ID", "declarations"},
+                                                  {"PETREL_SECRET", petrel::test::job_secret()}});
         const char* argv[] = {"trainer"};
         const auto s = petrel::resolve(cfg, 1, argv, env);
         auto& r = ranks[rank];
