@@ -3,10 +3,13 @@
 #include "support/cluster.hpp"
 
 #include <asio/error.hpp>
+#include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -199,6 +202,78 @@ TEST_CASE("request_link: a peer that accepts no connection is treated as failed 
     CHECK(log.all().find("petrel: " + address + " does not answer connection attempts") !=
           std::string::npos);
     link->close();
+}
+
+namespace {
+
+/// A listener on 127.0.0.1 that closes every connection it accepts at once, without a
+/// word: another process holding a failed peer's port.
+class closing_listener {
+public:
+    closing_listener() : acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}) {
+        accept();
+        runner_ = std::thread([this] { io_.run(); });
+    }
+    ~closing_listener() {
+        asio::post(io_, [this] { acceptor_.close(); });
+        runner_.join();
+    }
+    closing_listener(const closing_listener&) = delete;
+    closing_listener& operator=(const closing_listener&) = delete;
+
+    [[nodiscard]] std::string address() const {
+        return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+    }
+    std::atomic<int> accepted{0};
+
+private:
+    void accept() {
+        acceptor_.async_accept([this](std::error_code ec, asio::ip::tcp::socket s) {
+            if (ec) {
+                return;
+            }
+            ++accepted;
+            s.close();
+            accept();
+        });
+    }
+
+    asio::io_context io_;
+    asio::ip::tcp::acceptor acceptor_;
+    std::thread runner_;
+};
+
+} // namespace
+
+TEST_CASE("request_link: with a secret, a port whose listener closes connections before the "
+          "handshake is an unreachable peer, not a refused secret",
+          "[transport][auth]") {
+    io_threads io(2);
+    log_capture log;
+    closing_listener other;
+    const petrel::transport_options opts{.log = log.logger(),
+                                         .secret = "the job's secret, 32 bytes long."};
+    SECTION("with unreachable_after: tried again, then treated as failed") {
+        auto link = std::make_shared<petrel::detail::request_link>(
+            petrel::tcp_transport(io.executor(), opts), other.address(), 30s,
+            petrel::detail::request_link_options{.unreachable_after = 500ms});
+        const auto got = ask(*link);
+        INFO(log.all());
+        CHECK(got.error == errc::node_failed);
+        CHECK(got.took < 10s);
+        CHECK(other.accepted >= 2); // tried more than once
+        CHECK(count_of(log.all(), "petrel: " + other.address() +
+                                      " closes connections before the handshake") == 1);
+        link->close();
+    }
+    SECTION("by default: the closed connection's error at once") {
+        auto link = std::make_shared<petrel::detail::request_link>(
+            petrel::tcp_transport(io.executor(), opts), other.address(), 30s);
+        const auto got = ask(*link);
+        CHECK(got.error == errc::connection_closed);
+        CHECK(got.took < 1500ms);
+        link->close();
+    }
 }
 
 TEST_CASE("request_link: by default a refused connection fails the waiting requests with its "

@@ -142,12 +142,25 @@ TEST_CASE("handshake: a peer that is no Petrel node, or says nothing, fails in t
         CHECK(fb.get() == petrel::errc::auth_failed);
         runner.join();
     }
-    SECTION("a peer that closes") {
+    SECTION("a peer that closes before its hello: a closed connection, not a refusal") {
         asio::io_context io;
         auto [a, b] = connected(io);
         auto fb = shake(b, "secret", false);
         a.close();
         std::thread runner([&] { io.run(); });
+        CHECK(fb.get() == petrel::errc::connection_closed);
+        runner.join();
+    }
+    SECTION("a peer that closes after its hello refused the secret") {
+        asio::io_context io;
+        auto [a, b] = connected(io);
+        auto fb = shake(b, "secret", true);
+        std::thread runner([&] { io.run(); });
+        const auto hello = auth_hello::fresh().encode();
+        asio::write(a, asio::buffer(hello));
+        std::array<std::byte, auth_hello::bytes> theirs{};
+        asio::read(a, asio::buffer(theirs));
+        a.close();
         CHECK(fb.get() == petrel::errc::auth_failed);
         runner.join();
     }

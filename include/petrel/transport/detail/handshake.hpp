@@ -62,7 +62,9 @@ using auth_proof = std::array<std::byte, 32>;
 /// the acceptor, within `timeout` (the socket is closed when it runs out). The secret is
 /// copied into the operation: the caller need not keep it alive. Completes with
 /// no error once both ends proved the secret; with `errc::auth_failed` when the peer's
-/// hello or proof is wrong; with `errc::timed_out`, or the socket's error, otherwise.
+/// hello or proof is wrong, or it closes after its hello; with `errc::connection_closed`
+/// when it closes before its hello; with `errc::timed_out`, or the socket's error,
+/// otherwise.
 [[nodiscard]] PETREL_DECL asio::awaitable<std::error_code>
 authenticate(asio::ip::tcp::socket& socket, std::string secret, bool initiator,
              std::chrono::milliseconds timeout);

@@ -319,6 +319,8 @@ private:
         std::string what = "does not answer connection attempts";
         if (refused(ec)) {
             what = "refuses connections";
+        } else if (ec == errc::connection_closed) {
+            what = "closes connections before the handshake";
         } else if (ec && !timed_out(ec)) {
             what = "is unreachable"; // host or network unreachable
         }
@@ -384,6 +386,9 @@ private:
         bool discard = false;
         bool failed_now = false;
         bool again = false;
+        // A connect that the peer closed before its handshake's hello reached no node of
+        // this job (another process may hold the port now): as unreachable as a refusal.
+        const bool closed_at_connect = ec == errc::connection_closed;
         {
             std::lock_guard lock(mutex_);
             attempting_ = false;
@@ -397,7 +402,8 @@ private:
             failed_with = ec;
             // With unreachable_after, a peer that cannot be reached is tried again within
             // the round's time, and treated as failed after it.
-            const bool unreached = ec && !closed_ && gives_up() && cannot_reach(ec);
+            const bool unreached =
+                ec && !closed_ && gives_up() && (cannot_reach(ec) || closed_at_connect);
             if (unreached && in_round_ && attempt_round_ != round_) {
                 // An attempt from before this round (see request()): the round makes its
                 // own now.

@@ -3,6 +3,7 @@
 
 #include <petrel/core/error.hpp>
 #include <petrel/transport/connection.hpp>
+#include <petrel/transport/detail/handshake.hpp>
 #include <petrel/wire/frame.hpp>
 
 #include <asio/buffer.hpp>
@@ -46,7 +47,7 @@ public:
           max_queued_bytes_(accepted ? opts.max_send_queue_bytes
                                      : std::numeric_limits<std::size_t>::max()),
           decoder_(opts.limits, opts.pool), handlers_(std::move(handlers)), log_(opts.log),
-          on_gone_(std::move(on_gone)) {
+          on_gone_(std::move(on_gone)), accepted_(accepted) {
         std::error_code ec;
         socket_.set_option(asio::ip::tcp::no_delay(true), ec);
         socket_.non_blocking(true, ec);
@@ -380,12 +381,33 @@ private:
                     log_(log_level::warning, "closing connection with " + remote_ +
                                                  ": invalid frame: " + decoder_.error_text());
                 }
+                if (err == errc::auth_failed && accepted_ && !writing_ && queue_.empty()) {
+                    open_.store(false, std::memory_order_relaxed); // nothing joins the queue
+                    co_await answer_hello();
+                }
                 finish(err);
                 co_return;
             }
             if (closed_) {
                 co_return;
             }
+        }
+    }
+
+    /// This end has no secret and the peer opened with a handshake's hello: a hello back
+    /// tells the peer that it reached a Petrel node, which fails its handshake with
+    /// `errc::auth_failed` when this end closes, instead of a closed connection (which it
+    /// would take for a node that is gone).
+    asio::awaitable<void> answer_hello() {
+        try {
+            const auto hello = auth_hello::fresh().encode();
+            std::error_code ignored;
+            writing_ = true; // flush() leaves the socket alone meanwhile
+            co_await asio::async_write(socket_, asio::buffer(hello),
+                                       asio::redirect_error(asio::use_awaitable, ignored));
+            writing_ = false;
+        } catch (const std::exception&) {
+            // No random bytes: the peer sees a closed connection.
         }
     }
 
@@ -456,6 +478,7 @@ private:
     connection_handlers handlers_;
     logger log_;
     std::function<void(tcp_connection*)> on_gone_;
+    bool accepted_;
     std::string remote_;
     std::deque<outgoing> queue_;
     std::vector<asio::const_buffer> buffers_; // flush()'s gathered write

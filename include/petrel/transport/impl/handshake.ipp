@@ -104,12 +104,22 @@ inline std::error_code end(int& state, asio::steady_timer& deadline, std::error_
     return ec;
 }
 
-/// A peer that closes instead of answering did not prove the secret (it has none, or
-/// another, or refused ours).
+[[nodiscard]] inline bool closed(std::error_code ec) {
+    return ec == asio::error::eof || ec == asio::error::connection_reset;
+}
+
+/// A peer that sent its hello and then closes instead of answering did not prove the
+/// secret (it has none, or another, or refused ours).
 inline std::error_code refused(std::error_code ec) {
-    return ec == asio::error::eof || ec == asio::error::connection_reset
-               ? make_error_code(errc::auth_failed)
-               : ec;
+    return closed(ec) ? make_error_code(errc::auth_failed) : ec;
+}
+
+/// A peer that closes before its hello has said nothing about secrets: it is no Petrel
+/// node of a job with one (a node without a secret answers a hello with its own before
+/// it closes, see tcp_connection), or it went away. It fails as a closed connection
+/// does, which a request link may try again.
+inline std::error_code gone(std::error_code ec) {
+    return closed(ec) ? make_error_code(errc::connection_closed) : ec;
 }
 
 } // namespace handshake_steps
@@ -133,7 +143,7 @@ PETREL_DECL asio::awaitable<std::error_code> authenticate(asio::ip::tcp::socket&
     co_await asio::async_read(socket, asio::buffer(in),
                               asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
-        co_return handshake_steps::end(*state, deadline, refused(ec));
+        co_return handshake_steps::end(*state, deadline, handshake_steps::gone(ec));
     }
     auth_hello theirs;
     if (!auth_hello::parse(in, theirs)) {
