@@ -26,5 +26,6 @@
 #include <petrel/server/impl/checkpoint_format.ipp>
 #include <petrel/server/impl/checkpoint_manifest_io.ipp>
 #include <petrel/server/impl/server_node.ipp>
+#include <petrel/transport/impl/credential.ipp>
 #include <petrel/transport/impl/handshake.ipp>
 #include <petrel/wire/impl/compression.ipp>

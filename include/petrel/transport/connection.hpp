@@ -3,6 +3,7 @@
 
 #include <petrel/core/buffer_pool.hpp>
 #include <petrel/core/log.hpp>
+#include <petrel/transport/credential.hpp>
 #include <petrel/wire/frame.hpp>
 #include <petrel/wire/message.hpp>
 
@@ -38,6 +39,10 @@ public:
 
     /// The peer's address, for messages.
     [[nodiscard]] virtual std::string remote_address() const = 0;
+
+    /// What the peer proved in its handshake; `access::full` on a connecting end and
+    /// without a secret.
+    [[nodiscard]] virtual access peer_access() const noexcept { return access::full; }
 };
 
 using connection_ptr = std::shared_ptr<connection>;
@@ -74,6 +79,10 @@ struct transport_options {
     /// until both ends proved they know it. Every node of a job needs the same one. Empty:
     /// no authentication (a node then talks to any peer that reaches its ports).
     std::string secret{};
+    /// What `secret` is: the job's secret, or a reader's credential made from it
+    /// (`reader_credential`), with which this node can only read. A node with the job's
+    /// secret also accepts peers that prove a reader's credential, as `access::read_only`.
+    access credential = access::full;
     /// How long a connection's handshake may take, on either end.
     std::chrono::milliseconds handshake_timeout{5000};
     /// How long an accepting end waits before it closes a connection whose peer failed

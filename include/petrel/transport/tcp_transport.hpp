@@ -91,7 +91,8 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     /// An accepted connection holds its `ticket` until it goes.
     std::shared_ptr<tcp_connection> adopt(asio::ip::tcp::socket socket, connection_handlers h,
                                           bool accepted,
-                                          std::shared_ptr<connection_ticket> ticket = {}) {
+                                          std::shared_ptr<connection_ticket> ticket = {},
+                                          access peer = access::full) {
         std::weak_ptr<tcp_transport_state> weak = weak_from_this();
         auto forget = [weak, ticket = std::move(ticket)](tcp_connection* gone) {
             if (auto s = weak.lock()) {
@@ -103,7 +104,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             }
         };
         auto conn = std::make_shared<tcp_connection>(std::move(socket), opts, std::move(h),
-                                                     std::move(forget), accepted);
+                                                     std::move(forget), accepted, peer);
         {
             std::lock_guard lock(mutex);
             if (closed) {
@@ -230,13 +231,15 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
                                        connection_handlers h,
                                        std::shared_ptr<connection_ticket> ticket) {
         std::error_code ec;
+        access granted = access::full;
         std::string who = "a peer";
         if (const auto ep = socket->remote_endpoint(ec); !ec) {
             who = ep.address().to_string() + ":" + std::to_string(ep.port());
         }
         try {
             ec = co_await authenticate(*socket, self->opts.secret, false,
-                                       self->opts.handshake_timeout);
+                                       self->opts.handshake_timeout, self->opts.credential,
+                                       &granted);
         } catch (const std::exception&) {
             ec = errc::auth_failed;
         }
@@ -257,7 +260,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             socket->close(ignored);
             co_return;
         }
-        self->adopt(std::move(*socket), std::move(h), true, std::move(ticket));
+        self->adopt(std::move(*socket), std::move(h), true, std::move(ticket), granted);
     }
 
     /// Logs a refused connection, at most one line a second (then with the number of
@@ -339,7 +342,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             }
             try {
                 ec = co_await authenticate(*shaking, self->opts.secret, true,
-                                           self->opts.handshake_timeout);
+                                           self->opts.handshake_timeout, self->opts.credential);
             } catch (const std::exception&) {
                 ec = errc::auth_failed;
             }

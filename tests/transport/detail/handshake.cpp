@@ -45,10 +45,13 @@ socket_pair connected(asio::io_context& io) {
 
 /// The outcome of running the handshake on `s` in the background.
 std::future<std::error_code> shake(asio::ip::tcp::socket& s, const std::string& secret,
-                                   bool initiator, std::chrono::milliseconds timeout = 5s) {
-    return asio::co_spawn(s.get_executor(),
-                          petrel::detail::authenticate(s, secret, initiator, timeout),
-                          asio::use_future);
+                                   bool initiator, std::chrono::milliseconds timeout = 5s,
+                                   petrel::access credential = petrel::access::full,
+                                   petrel::access* granted = nullptr) {
+    return asio::co_spawn(
+        s.get_executor(),
+        petrel::detail::authenticate(s, secret, initiator, timeout, credential, granted),
+        asio::use_future);
 }
 
 } // namespace
@@ -127,6 +130,68 @@ TEST_CASE("handshake: ends with different secrets both fail, and the acceptor se
     b.close(); // as the transport does, after its delay
     CHECK(fa.get() == petrel::errc::auth_failed);
     runner.join();
+}
+
+TEST_CASE("handshake: an acceptor with the job's secret admits a reader's credential made from "
+          "it, as read-only",
+          "[transport][auth][security]") {
+    const std::string secret = "s3cret-of-the-job";
+    const auto reader = petrel::reader_credential(secret);
+    using petrel::access;
+    SECTION("the job's secret: full access") {
+        asio::io_context io;
+        auto [a, b] = connected(io);
+        access granted = access::read_only;
+        auto fa = shake(a, secret, true);
+        auto fb = shake(b, secret, false, 5s, access::full, &granted);
+        std::thread runner([&] { io.run(); });
+        CHECK_FALSE(fa.get());
+        CHECK_FALSE(fb.get());
+        runner.join();
+        CHECK(granted == access::full);
+    }
+    SECTION("the reader's credential: read-only, and the stream is in step") {
+        asio::io_context io;
+        auto [a, b] = connected(io);
+        access granted = access::full;
+        access seen = access::full;
+        auto fa = shake(a, reader, true, 5s, access::read_only, &seen);
+        auto fb = shake(b, secret, false, 5s, access::full, &granted);
+        std::thread runner([&] { io.run(); });
+        CHECK_FALSE(fa.get());
+        CHECK_FALSE(fb.get());
+        runner.join();
+        CHECK(granted == access::read_only);
+        CHECK(seen == access::read_only);
+        asio::write(a, asio::buffer("next", 4));
+        std::array<char, 4> got{};
+        asio::read(b, asio::buffer(got));
+        CHECK(std::string(got.data(), 4) == "next");
+    }
+    SECTION("another job's reader credential fails") {
+        asio::io_context io;
+        auto [a, b] = connected(io);
+        access granted = access::full;
+        auto fa = shake(a, petrel::reader_credential("another job's secret"), true, 5s,
+                        access::read_only);
+        auto fb = shake(b, secret, false, 5s, access::full, &granted);
+        std::thread runner([&] { io.run(); });
+        CHECK(fb.get() == petrel::errc::auth_failed);
+        b.close();
+        CHECK(fa.get() == petrel::errc::auth_failed);
+        runner.join();
+    }
+    SECTION("an acceptor that holds only a reader's credential admits no one with more") {
+        asio::io_context io;
+        auto [a, b] = connected(io);
+        auto fa = shake(a, secret, true);
+        auto fb = shake(b, reader, false, 5s, access::read_only);
+        std::thread runner([&] { io.run(); });
+        CHECK(fb.get() == petrel::errc::auth_failed);
+        b.close();
+        CHECK(fa.get() == petrel::errc::auth_failed);
+        runner.join();
+    }
 }
 
 TEST_CASE("handshake: a peer that is no Petrel node, or says nothing, fails in time",

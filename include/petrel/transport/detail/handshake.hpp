@@ -3,6 +3,7 @@
 #pragma once
 
 #include <petrel/core/config.hpp>
+#include <petrel/transport/credential.hpp>
 
 #include <asio/awaitable.hpp>
 #include <asio/ip/tcp.hpp>
@@ -60,14 +61,19 @@ using auth_proof = std::array<std::byte, 32>;
 
 /// Runs the handshake on a connected `socket` as the initiator (the connecting end) or
 /// the acceptor, within `timeout` (the socket is closed when it runs out). The secret is
-/// copied into the operation: the caller need not keep it alive. Completes with
+/// copied into the operation: the caller need not keep it alive. `credential` says what
+/// the secret is: an acceptor with the job's secret (`access::full`) also admits an
+/// initiator that proves the reader's credential made from it (`reader_credential`),
+/// and then proves that credential itself; `*granted`, when given, is set to what the
+/// peer proved once it succeeded. Completes with
 /// no error once both ends proved the secret; with `errc::auth_failed` when the peer's
 /// hello or proof is wrong, or it closes after its hello; with `errc::connection_closed`
 /// when it closes before its hello; with `errc::timed_out`, or the socket's error,
 /// otherwise.
 [[nodiscard]] PETREL_DECL asio::awaitable<std::error_code>
 authenticate(asio::ip::tcp::socket& socket, std::string secret, bool initiator,
-             std::chrono::milliseconds timeout);
+             std::chrono::milliseconds timeout, access credential = access::full,
+             access* granted = nullptr);
 
 } // namespace petrel::detail
 

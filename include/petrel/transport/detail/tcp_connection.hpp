@@ -41,13 +41,13 @@ public:
     /// ends can never wait for each other.
     tcp_connection(asio::ip::tcp::socket socket, const transport_options& opts,
                    connection_handlers handlers, std::function<void(tcp_connection*)> on_gone,
-                   bool accepted)
+                   bool accepted, access peer = access::full)
         : socket_(std::move(socket)), wake_(socket_.get_executor()),
           drained_(socket_.get_executor()),
           max_queued_bytes_(accepted ? opts.max_send_queue_bytes
                                      : std::numeric_limits<std::size_t>::max()),
           decoder_(opts.limits, opts.pool), handlers_(std::move(handlers)), log_(opts.log),
-          on_gone_(std::move(on_gone)), accepted_(accepted) {
+          on_gone_(std::move(on_gone)), accepted_(accepted), peer_access_(peer) {
         std::error_code ec;
         socket_.set_option(asio::ip::tcp::no_delay(true), ec);
         socket_.non_blocking(true, ec);
@@ -119,6 +119,8 @@ public:
     }
 
     [[nodiscard]] bool is_open() const noexcept override { return open_.load(); }
+
+    [[nodiscard]] access peer_access() const noexcept override { return peer_access_; }
     [[nodiscard]] std::string remote_address() const override { return remote_; }
 
 private:
@@ -479,6 +481,7 @@ private:
     logger log_;
     std::function<void(tcp_connection*)> on_gone_;
     bool accepted_;
+    access peer_access_;
     std::string remote_;
     std::deque<outgoing> queue_;
     std::vector<asio::const_buffer> buffers_; // flush()'s gathered write

@@ -3,6 +3,7 @@
 #define PETREL_TRANSPORT_IMPL_HANDSHAKE_IPP
 
 #include <petrel/core/error.hpp>
+#include <petrel/transport/credential.hpp>
 #include <petrel/transport/detail/handshake.hpp>
 
 #include <asio/buffer.hpp>
@@ -126,7 +127,8 @@ inline std::error_code gone(std::error_code ec) {
 
 PETREL_DECL asio::awaitable<std::error_code> authenticate(asio::ip::tcp::socket& socket,
                                                           std::string secret, bool initiator,
-                                                          std::chrono::milliseconds timeout) {
+                                                          std::chrono::milliseconds timeout,
+                                                          access credential, access* granted) {
     using handshake_steps::refused;
     auto state = std::make_shared<int>(0);
     asio::steady_timer deadline(socket.get_executor(), timeout);
@@ -162,22 +164,35 @@ PETREL_DECL asio::awaitable<std::error_code> authenticate(asio::ip::tcp::socket&
         if (ec) {
             co_return handshake_steps::end(*state, deadline, refused(ec));
         }
-        co_return handshake_steps::end(*state, deadline,
-                                       check_proof(secret, false, theirs, ours, proof)
-                                           ? std::error_code{}
-                                           : make_error_code(errc::auth_failed));
+        if (!check_proof(secret, false, theirs, ours, proof)) {
+            co_return handshake_steps::end(*state, deadline, errc::auth_failed);
+        }
+        if (granted != nullptr) {
+            *granted = credential; // the acceptor proved the key this end holds
+        }
+        co_return handshake_steps::end(*state, deadline, {});
     }
     co_await asio::async_read(socket, asio::buffer(proof),
                               asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
         co_return handshake_steps::end(*state, deadline, refused(ec));
     }
+    access peer = credential;
     if (!check_proof(secret, true, theirs, ours, proof)) {
-        co_return handshake_steps::end(*state, deadline, errc::auth_failed); // nothing more is sent
+        // Not the job's secret: a reader's credential made from it, then?
+        if (credential != access::full ||
+            !check_proof(secret = reader_credential(secret), true, theirs, ours, proof)) {
+            co_return handshake_steps::end(*state, deadline,
+                                           errc::auth_failed); // nothing more is sent
+        }
+        peer = access::read_only;
     }
-    proof = make_proof(secret, false, theirs, ours);
+    proof = make_proof(secret, false, theirs, ours); // under the key the peer proved
     co_await asio::async_write(socket, asio::buffer(proof),
                                asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec && granted != nullptr) {
+        *granted = peer;
+    }
     co_return handshake_steps::end(*state, deadline, ec);
 }
 
