@@ -3,11 +3,14 @@
 #include "support/cluster.hpp"
 #include "support/events.hpp"
 #include "support/process.hpp"
+#include "support/requests.hpp"
 
+#include <petrel/cluster/detail/control.hpp>
 #include <petrel/cluster/manager_node.hpp>
 #include <petrel/kv_store.hpp>
 #include <petrel/launch/run.hpp>
 #include <petrel/server/server_node.hpp>
+#include <petrel/transport/detail/request_link.hpp>
 
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
@@ -30,6 +33,7 @@ using namespace std::chrono_literals;
 using petrel::test::code_of;
 using petrel::test::io_threads;
 using petrel::test::log_capture;
+namespace wire = petrel::wire;
 
 namespace {
 
@@ -38,21 +42,22 @@ constexpr int clocks = 60;
 
 /// A job of two servers and two training workers on loopback, formed.
 struct training_job {
-    explicit training_job(std::uint32_t max_readers = 64)
-        : manager(petrel::tcp_transport(io.executor(), quiet()),
-                  {.job_id = "live",
-                   .servers = 2,
-                   .workers = 2,
-                   .ring = {.partitions = 16, .stripe_keys = 8},
-                   .heartbeat_timeout = 2000ms,
-                   .startup_timeout = 10000ms,
-                   .max_readers = max_readers}),
+    explicit training_job(std::uint32_t max_readers = 64, std::string job_secret = {})
+        : secret(std::move(job_secret)), manager(petrel::tcp_transport(io.executor(), quiet()),
+                                                 {.job_id = "live",
+                                                  .servers = 2,
+                                                  .workers = 2,
+                                                  .ring = {.partitions = 16, .stripe_keys = 8},
+                                                  .heartbeat_timeout = 2000ms,
+                                                  .startup_timeout = 10000ms,
+                                                  .max_readers = max_readers}),
           root(manager.listen("127.0.0.1:0")) {
         for (int i = 0; i < 2; ++i) {
             servers.push_back(
                 std::make_unique<petrel::server_node>(petrel::tcp_transport(io.executor(), quiet()),
                                                       petrel::server_options{.workers = 2}));
             const auto address = servers.back()->listen("127.0.0.1:0");
+            server_addresses.push_back(address);
             members.push_back(member_of(petrel::node_role::server, i, address));
         }
         for (int i = 0; i < 2; ++i) {
@@ -85,6 +90,7 @@ struct training_job {
     petrel::transport_options quiet() {
         petrel::transport_options o;
         o.log = logs.logger();
+        o.secret = secret;
         return o;
     }
 
@@ -107,13 +113,16 @@ struct training_job {
                 .group = std::move(group),
                 .heartbeat_interval = 50ms,
                 .heartbeat_timeout = 2000ms,
-                .startup_timeout = 5000ms};
+                .startup_timeout = 5000ms,
+                .secret = secret};
     }
 
     log_capture logs;
     io_threads io{2};
+    std::string secret;
     petrel::manager_node manager;
     std::string root;
+    std::vector<std::string> server_addresses;
     std::vector<std::unique_ptr<petrel::server_node>> servers;
     std::vector<std::shared_ptr<petrel::member>> members;
     std::vector<std::unique_ptr<petrel::worker_node>> workers;
@@ -204,6 +213,106 @@ TEST_CASE("attachment: a reader pulls the newest completed clock while training 
 
     // A reader attached after training ends sees the last clock, exactly.
     petrel::attachment late(job.reader_options("audit"), job.logs.logger());
+    store kv(late.node());
+    const auto p = kv.pull(all_keys, asio::use_future).get();
+    CHECK(p.min_clock() == static_cast<std::uint64_t>(clocks));
+    const auto v = p.value_span();
+    CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == 2.0f * clocks; }));
+}
+
+namespace {
+
+/// What a request sent by a program of its own, over a transport with `opts`, to
+/// `address` ends with.
+std::error_code send_raw(io_threads& io, const petrel::transport_options& opts,
+                         const std::string& address, wire::message m) {
+    auto link = std::make_shared<petrel::detail::request_link>(
+        petrel::tcp_transport(io.executor(), opts), address, 5s);
+    auto got = std::make_shared<std::promise<std::error_code>>();
+    auto f = got->get_future();
+    link->request(std::move(m), [got](std::error_code ec, wire::message&&) { got->set_value(ec); });
+    const auto ready = f.wait_for(10s) == std::future_status::ready;
+    link->close();
+    return ready ? f.get() : make_error_code(petrel::errc::timed_out);
+}
+
+wire::message control_of(petrel::detail::control_body b) {
+    return petrel::detail::make_control(b, nullptr);
+}
+
+} // namespace
+
+TEST_CASE("attachment: a reader's credential reads the model, and a program holding it can "
+          "change neither the model nor the job",
+          "[scheduler][security]") {
+    const std::string secret = "the live job's secret: 32 bytes.";
+    training_job job(64, secret);
+    std::atomic<int> progress{0};
+    std::thread t0([&] { train(*job.workers[0], progress); });
+    std::thread t1([&] { train(*job.workers[1], progress); });
+    auto opts = job.reader_options();
+    opts.secret = petrel::reader_credential(secret);
+    opts.credential = petrel::access::read_only;
+    {
+        petrel::attachment reader(opts, job.logs.logger());
+        store kv(reader.node());
+        CHECK(kv.pull(all_keys, asio::use_future).get().size() == n_keys);
+
+        // The same credential in a program that speaks the wire itself.
+        const petrel::transport_options hostile{.log = job.logs.logger(),
+                                                .secret = opts.secret,
+                                                .credential = petrel::access::read_only};
+        std::vector<std::uint64_t> keys(n_keys);
+        for (std::uint64_t k = 0; k < n_keys; ++k) {
+            keys[k] = k;
+        }
+        for (const auto& address : job.server_addresses) {
+            auto poison = petrel::test::push_request<std::uint64_t>(
+                keys, std::vector<float>(n_keys, std::numeric_limits<float>::quiet_NaN()));
+            poison.header.worker = 0;
+            CHECK(send_raw(job.io, hostile, address, std::move(poison)) ==
+                  petrel::errc::not_permitted);
+            wire::message leave_clock;
+            leave_clock.header.kind = wire::message_kind::clock;
+            leave_clock.header.worker = 1;
+            leave_clock.header.flags = wire::flag_finish | wire::flag_all_tables;
+            CHECK(send_raw(job.io, hostile, address, std::move(leave_clock)) ==
+                  petrel::errc::not_permitted);
+        }
+        using petrel::detail::control_op;
+        petrel::detail::control_body barrier;
+        barrier.op = control_op::barrier;
+        CHECK(send_raw(job.io, hostile, job.root, control_of(barrier)) ==
+              petrel::errc::not_permitted);
+        petrel::detail::control_body as_worker;
+        as_worker.op = control_op::join;
+        as_worker.role = petrel::node_role::worker;
+        as_worker.rank = 7;
+        CHECK(send_raw(job.io, hostile, job.root, control_of(as_worker)) ==
+              petrel::errc::not_permitted);
+        petrel::detail::control_body as_member = as_worker;
+        as_member.role = petrel::node_role::reader;
+        as_member.id = job.members[2]->id(); // a worker's node id: re-registering as it
+        CHECK(send_raw(job.io, hostile, job.root, control_of(as_member)) ==
+              petrel::errc::not_permitted);
+        petrel::detail::control_body unreachable;
+        unreachable.op = control_op::unreachable;
+        unreachable.id = job.members[0]->id();
+        CHECK(send_raw(job.io, hostile, job.root, control_of(unreachable)) ==
+              petrel::errc::not_permitted);
+
+        // Another job's reader credential is no credential here.
+        auto stranger = hostile;
+        stranger.secret = petrel::reader_credential("another job's secret, 32 bytes.");
+        CHECK(send_raw(job.io, stranger, job.server_addresses[0],
+                       petrel::test::push_request<std::uint64_t>({1}, {1.0f})) ==
+              petrel::errc::auth_failed);
+    }
+    t0.join();
+    t1.join();
+    CHECK(job.manager.view()->failures().empty());
+    // The model is exactly what training made of it.
+    petrel::attachment late(opts, job.logs.logger());
     store kv(late.node());
     const auto p = kv.pull(all_keys, asio::use_future).get();
     CHECK(p.min_clock() == static_cast<std::uint64_t>(clocks));

@@ -170,10 +170,11 @@ struct fixture {
     std::uint64_t next_id = 1;
 
     explicit fixture(petrel::transport_options opts = {},
-                     petrel::server_options so = {.node_id = server_id})
+                     petrel::server_options so = {.node_id = server_id},
+                     petrel::transport_options client_opts = {})
         : server(make_server(opts, std::move(so))),
           address(server.listen(factory.listen_address())),
-          client_transport(factory.make(io.executor())) {
+          client_transport(factory.make(io.executor(), std::move(client_opts))) {
         auto p = std::make_shared<std::promise<petrel::connection_ptr>>();
         auto f = p->get_future();
         client_transport.async_connect(
@@ -238,6 +239,46 @@ TEMPLATE_TEST_CASE("server_node: a push creates the table and adds to it", "[ser
     CHECK(f.server.key_count(1) == 1);
     CHECK(f.pull(0, {5}) == std::vector<float>{12});
     CHECK(f.pull(1, {5}) == std::vector<float>{100});
+}
+
+TEST_CASE("server_node: a peer with a reader's credential pulls; its pushes, clocks and calls "
+          "are refused before they are looked at",
+          "[server][security]") {
+    const std::string secret = "the job's secret, 32 bytes long.";
+    SECTION("the job's secret: a push is applied") {
+        fixture<over_tcp> f({.secret = secret}, {.node_id = server_id}, {.secret = secret});
+        CHECK(f.conn->peer_access() == petrel::access::full);
+        REQUIRE(f.call(push_of<std::uint64_t, float>(0, {1, 5}, {1, 2})).header.status == 0);
+        CHECK(f.pull(0, {1, 5}) == std::vector<float>{1, 2});
+    }
+    SECTION("a reader's credential: reads only") {
+        fixture<over_tcp> f(
+            {.secret = secret}, {.node_id = server_id},
+            {.secret = petrel::reader_credential(secret), .credential = petrel::access::read_only});
+        const auto push = f.call(push_of<std::uint64_t, float>(0, {1, 5}, {1, 2}));
+        CHECK(push.header.kind == wire::message_kind::push_reply);
+        CHECK(push.header.status == static_cast<std::uint32_t>(errc::not_permitted));
+        wire::message tick;
+        tick.header.kind = wire::message_kind::clock;
+        tick.header.worker = 0;
+        tick.header.flags = wire::flag_finish | wire::flag_all_tables;
+        const auto clock = f.call(std::move(tick));
+        CHECK(clock.header.kind == wire::message_kind::clock_reply);
+        CHECK(clock.header.status == static_cast<std::uint32_t>(errc::not_permitted));
+        wire::message run;
+        run.header.kind = wire::message_kind::call;
+        const auto call = f.call(std::move(run));
+        CHECK(call.header.kind == wire::message_kind::call_reply);
+        CHECK(call.header.status == static_cast<std::uint32_t>(errc::not_permitted));
+        auto copy = push_of<std::uint64_t, float>(0, {1}, {1});
+        copy.header.kind = wire::message_kind::row_transfer;
+        CHECK(f.call(std::move(copy)).header.status ==
+              static_cast<std::uint32_t>(errc::not_permitted));
+        // Nothing was created or changed, and the connection still reads.
+        CHECK(f.server.key_count(0) == 0);
+        CHECK(f.pull(0, {1, 5}) == std::vector<float>{0, 0});
+        CHECK(f.conn->is_open());
+    }
 }
 
 TEMPLATE_TEST_CASE("server_node: a pull returns rows in key order, zeros for unknown keys",

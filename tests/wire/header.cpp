@@ -436,7 +436,16 @@ TEST_CASE("header: message kinds, known and replies", "[wire]") {
         CHECK(is_server_update(kind) == (k >= 11));
         CHECK(is_push(kind) == (k == 1 || k >= 11));
         CHECK_FALSE((is_reply(kind) && is_push(kind)));
+        // Every request has a reply kind; a reply answers itself.
+        CHECK(is_reply(reply_kind_of(kind)));
+        CHECK((reply_kind_of(kind) == kind) == is_reply(kind));
+        CHECK((reply_kind_of(kind) == message_kind::push_reply) ==
+              (is_push(kind) || kind == message_kind::push_reply));
     }
+    CHECK(reply_kind_of(message_kind::pull) == message_kind::pull_reply);
+    CHECK(reply_kind_of(message_kind::control) == message_kind::control_reply);
+    CHECK(reply_kind_of(message_kind::clock) == message_kind::clock_reply);
+    CHECK(reply_kind_of(message_kind::call) == message_kind::call_reply);
 
     CHECK_FALSE(is_reply(message_kind::push));
     CHECK_FALSE(is_reply(message_kind::pull));

@@ -41,8 +41,12 @@ struct attach_options {
     std::chrono::milliseconds startup_timeout{30000};
     /// Every pull completes by then.
     std::chrono::milliseconds request_timeout{30000};
-    /// The job's secret, when it has one (`transport_options::secret`).
+    /// The job's secret, when it has one (`transport_options::secret`), or the reader's
+    /// credential made from it (`reader_credential`) with `credential` set to
+    /// `access::read_only`: then the job's servers and manager take only reads and a
+    /// reader's control messages from this reader.
     std::string secret{};
+    access credential = access::full;
 };
 
 /// A reader: a worker of a read-only group (an inference service, an evaluator) that
@@ -75,6 +79,7 @@ public:
             transport_options topts;
             topts.log = log;
             topts.secret = opts.secret;
+            topts.credential = opts.credential;
             member_options mo;
             mo.root = opts.root;
             mo.job_id = opts.job_id;

@@ -86,6 +86,26 @@ enum class message_kind : std::uint8_t {
            k == message_kind::control_reply || k == message_kind::clock_reply ||
            k == message_kind::call_reply;
 }
+/// The kind of the reply that answers a request of kind `k` (a reply: `k` itself).
+[[nodiscard]] constexpr message_kind reply_kind_of(message_kind k) noexcept {
+    switch (k) {
+    case message_kind::pull:
+        return message_kind::pull_reply;
+    case message_kind::control:
+        return message_kind::control_reply;
+    case message_kind::clock:
+        return message_kind::clock_reply;
+    case message_kind::call:
+        return message_kind::call_reply;
+    case message_kind::push:
+    case message_kind::replica_update:
+    case message_kind::row_transfer:
+    case message_kind::hand_over:
+        return message_kind::push_reply;
+    default:
+        return k;
+    }
+}
 
 /// Bits of `message_header::flags`.
 enum message_flag : std::uint8_t {

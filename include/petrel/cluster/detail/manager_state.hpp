@@ -151,6 +151,8 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     void on_close(const connection_ptr& c);
 
     static wire::message refusal(const wire::message_header& request, errc e, std::string text);
+    /// Whether a peer with a reader's credential (`access::read_only`) may send `b`.
+    static bool reader_may(const control_body& b);
 
     // ---- joins and forming the job ------------------------------------------------------
 

@@ -334,6 +334,13 @@ PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::messa
     threads_seen.note();
     outbox out;
     bool refused = false;
+    if (c->peer_access() == access::read_only && m.header.kind != wire::message_kind::pull &&
+        !wire::is_reply(m.header.kind) && m.header.kind != wire::message_kind::control) {
+        // A reader's credential reads: whatever would change a row or a clock is refused
+        // before it is looked at.
+        c->send(refusal(m.header, wire::reply_kind_of(m.header.kind), errc::not_permitted));
+        return;
+    }
     if (touches_all(m.header)) {
         locked lock(*this);
         refused = decide(c, std::move(m), out);
