@@ -169,17 +169,15 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         std::string line;
         {
             std::lock_guard lock(mutex);
-            auto& from = per_address[address];
+            const auto it = per_address.find(address);
+            const std::size_t from = it == per_address.end() ? 0 : it->second;
             if (accepted_count < opts.max_accepted_connections &&
                 from < opts.max_connections_per_address) {
                 ++accepted_count;
-                ++from;
+                ++per_address[address];
                 return std::make_shared<connection_ticket>(weak_from_this(), std::move(address));
             }
             const bool per_peer = from >= opts.max_connections_per_address;
-            if (from == 0) {
-                per_address.erase(address);
-            }
             line = refusal_line(
                 address + ":" + std::to_string(ep.port()),
                 per_peer ? "it has " + std::to_string(opts.max_connections_per_address) +
