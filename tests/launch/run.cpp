@@ -145,6 +145,27 @@ TEST_CASE("run: a launched process without a secret refuses to start unless --in
           petrel::run_config_error);
     CHECK_FALSE(called);
     CHECK_THAT(log.all(), Catch::Contains("no secret") && Catch::Contains("--insecure"));
+
+    // With --insecure it starts, and says what that means. (Its root's port is taken, so
+    // the rank fails at once after the warning.)
+    asio::io_context io;
+    asio::ip::tcp::acceptor busy(io, {asio::ip::make_address("127.0.0.1"), 0});
+    const auto env = petrel::map_environment(
+        {{"PETREL_RANK", "0"},
+         {"PETREL_SIZE", "2"},
+         {"PETREL_ROOT", "127.0.0.1:" + std::to_string(busy.local_endpoint().port())},
+         {"PETREL_ROLES", "manager"},
+         {"PETREL_SERVERS", "1"},
+         {"PETREL_WORKERS", "1"},
+         {"PETREL_INSECURE", "1"}});
+    const char* argv[] = {"trainer"};
+    const auto insecure = petrel::resolve(quick_heartbeats(), 1, argv, env);
+    REQUIRE(insecure.insecure);
+    REQUIRE(insecure.secret.empty());
+    petrel::test::log_capture warned;
+    CHECK(petrel::run(
+              insecure, [](petrel::worker_node&) {}, warned.logger()) == petrel::run_failed);
+    CHECK_THAT(warned.all(), Catch::Contains("running without a secret (--insecure)"));
 }
 
 TEST_CASE("run: saves write under the checkpoint root; a directory out of it is refused at the "
