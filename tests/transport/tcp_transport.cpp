@@ -724,3 +724,150 @@ TEST_CASE("tcp_transport: a listener keeps a bounded number of connections, from
         server.close();
     }
 }
+
+namespace {
+
+/// A listener with `opts` that counts what it receives and records how its one
+/// connection ended; and a raw socket connected to it, writing bytes as a test says.
+struct slow_peer {
+    explicit slow_peer(petrel::transport_options opts) : server(io.executor(), with_log(opts)) {
+        petrel::connection_handlers h;
+        h.on_message = [this](const petrel::connection_ptr&, petrel::wire::message&&) {
+            ++received;
+        };
+        h.on_close = [this](const petrel::connection_ptr&, std::error_code ec) {
+            closed_at = std::chrono::steady_clock::now();
+            closed.set_value(ec);
+        };
+        const auto address = server.listen("127.0.0.1:0", std::move(h));
+        const auto port =
+            static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+        socket.connect({asio::ip::make_address("127.0.0.1"), port});
+        started = std::chrono::steady_clock::now();
+    }
+    ~slow_peer() {
+        std::error_code ignored;
+        socket.close(ignored);
+        server.close();
+    }
+    slow_peer(const slow_peer&) = delete;
+    slow_peer& operator=(const slow_peer&) = delete;
+
+    petrel::transport_options with_log(petrel::transport_options o) {
+        o.log = log.logger();
+        return o;
+    }
+
+    void write(std::span<const std::byte> bytes) {
+        asio::write(socket, asio::buffer(bytes.data(), bytes.size()));
+    }
+
+    /// How the connection ended, within `within`; nullopt while it is open.
+    std::optional<std::error_code> end(std::chrono::milliseconds within) {
+        if (ending.wait_for(within) != std::future_status::ready) {
+            return std::nullopt;
+        }
+        return ending.get();
+    }
+
+    log_capture log;
+    io_threads io{1};
+    petrel::tcp_transport server;
+    asio::io_context raw;
+    asio::ip::tcp::socket socket{raw};
+    std::atomic<int> received{0};
+    std::promise<std::error_code> closed;
+    std::shared_future<std::error_code> ending = closed.get_future().share();
+    std::chrono::steady_clock::time_point started;
+    std::chrono::steady_clock::time_point closed_at;
+};
+
+/// A pull of 250 keys: a header and a payload of 2000 bytes.
+std::vector<std::byte> pull_frame() {
+    std::vector<std::uint64_t> keys(250);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    petrel::wire::message pull;
+    pull.header.kind = petrel::wire::message_kind::pull;
+    pull.header.width = 1;
+    pull.header.key_count = keys.size();
+    pull.header.range_end = petrel::key_space_end<std::uint64_t>;
+    pull.set_segment(petrel::wire::keys_segment,
+                     petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    return petrel::test::frame_of(pull);
+}
+
+} // namespace
+
+TEST_CASE("tcp_transport: a peer that sends a frame too slowly is closed, one within the "
+          "deadlines is served",
+          "[transport][tcp][security]") {
+    const auto frame = pull_frame();
+    const std::size_t payload = 2000;
+    REQUIRE(frame.size() > payload);
+    const std::size_t head = frame.size() - payload;
+    SECTION("a header that stops half way") {
+        slow_peer p({.frame_timeout = 300ms});
+        p.write(std::span(frame).first(head / 2));
+        const auto ec = p.end(10s);
+        INFO(p.log.all());
+        REQUIRE(ec);
+        CHECK(*ec == petrel::errc::timed_out);
+        CHECK(p.closed_at - p.started >= 250ms);
+        CHECK(p.received == 0);
+        CHECK_THAT(p.log.all(), Catch::Contains("a frame arrives too slowly"));
+    }
+    SECTION("a payload trickled slower than min_receive_rate") {
+        // 2000 bytes at 4000 a second or faster: due 200 ms + 500 ms after the first byte.
+        // Sent at 200 bytes a second, they would take 10 s.
+        slow_peer p({.frame_timeout = 200ms, .min_receive_rate = 4000});
+        p.write(std::span(frame).first(head));
+        std::optional<std::error_code> ec;
+        for (std::size_t at = head; at < frame.size() && !ec; at += 10) {
+            std::error_code ignored;
+            asio::write(p.socket, asio::buffer(frame.data() + at, 10), ignored);
+            ec = p.end(50ms);
+        }
+        if (!ec) {
+            ec = p.end(5s);
+        }
+        REQUIRE(ec);
+        CHECK(*ec == petrel::errc::timed_out);
+        CHECK(p.closed_at - p.started >= 600ms);
+        CHECK(p.closed_at - p.started < 5s);
+        CHECK(p.received == 0);
+    }
+    SECTION("a frame sent in pieces within the deadlines, then nothing: served, kept open") {
+        slow_peer p({.frame_timeout = 2000ms, .min_receive_rate = 4000});
+        for (std::size_t at = 0; at < frame.size(); at += 600) {
+            p.write(std::span(frame).subspan(at, std::min<std::size_t>(600, frame.size() - at)));
+            std::this_thread::sleep_for(100ms);
+        }
+        // Between frames no deadline runs (idle_timeout is 0).
+        CHECK_FALSE(p.end(2500ms));
+        CHECK(p.received == 1);
+    }
+}
+
+TEST_CASE("tcp_transport: an accepted connection on which nothing arrives for idle_timeout is "
+          "closed; one that keeps sending is not",
+          "[transport][tcp][security]") {
+    const auto frame = pull_frame();
+    SECTION("silent after a frame") {
+        slow_peer p({.idle_timeout = 300ms});
+        p.write(frame);
+        const auto ec = p.end(10s);
+        REQUIRE(ec);
+        CHECK(*ec == petrel::errc::timed_out);
+        CHECK(p.received == 1);
+        CHECK_THAT(p.log.all(), Catch::Contains("nothing arrived within idle_timeout"));
+    }
+    SECTION("a frame every 100 ms for a second") {
+        slow_peer p({.idle_timeout = 300ms});
+        for (int i = 0; i < 10; ++i) {
+            p.write(frame);
+            std::this_thread::sleep_for(100ms);
+        }
+        CHECK_FALSE(p.end(0ms));
+        CHECK(p.received == 10);
+    }
+}

@@ -88,6 +88,18 @@ struct transport_options {
     /// How long an accepting end waits before it closes a connection whose peer failed
     /// the handshake (slowing down guessing).
     std::chrono::milliseconds auth_failure_delay{200};
+    /// Once a frame's first byte arrived, its header must be whole within this time and
+    /// its payload must follow at `min_receive_rate` bytes a second or faster; a peer
+    /// that sends slower is closed with `errc::timed_out` and logged, so that a peer
+    /// cannot hold a connection's buffers by trickling. The clock stops while this end
+    /// holds back its reads (its send queue is full). Zero: no deadline.
+    std::chrono::milliseconds frame_timeout{30000};
+    std::size_t min_receive_rate = std::size_t{64} << 10;
+    /// An accepted connection on which nothing arrives for this long is closed (its peer
+    /// connects again when it next sends). Zero: never (the default: a worker may compute
+    /// for long between its requests, and the connection limits bound idle connections).
+    /// Set it above the longest a request may be held (a pull waiting for a slow clock).
+    std::chrono::milliseconds idle_timeout{0};
     /// Connections a node's listeners keep at once (those in their handshake included):
     /// beyond it an accepted connection is closed at once and the refusal logged, so that
     /// idle connections cannot hold a node's memory without bound.

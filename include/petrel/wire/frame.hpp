@@ -684,6 +684,12 @@ public:
 
     [[nodiscard]] std::error_code error() const noexcept { return failed_; }
 
+    /// Whether part of a frame arrived and the rest has not yet.
+    [[nodiscard]] bool mid_frame() const noexcept { return in_body_ || end_ > begin_; }
+
+    /// The payload bytes of the frame being received, once its header is whole (else 0).
+    [[nodiscard]] std::size_t payload_bytes() const noexcept { return in_body_ ? body_.size() : 0; }
+
     /// What the error says in words, with the versions of both sides where the peer
     /// speaks another major version of the protocol.
     [[nodiscard]] std::string error_text() const {

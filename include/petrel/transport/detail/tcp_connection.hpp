@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -43,7 +44,9 @@ public:
                    connection_handlers handlers, std::function<void(tcp_connection*)> on_gone,
                    bool accepted, access peer = access::full)
         : socket_(std::move(socket)), wake_(socket_.get_executor()),
-          drained_(socket_.get_executor()),
+          drained_(socket_.get_executor()), watchdog_(socket_.get_executor()),
+          frame_timeout_(opts.frame_timeout), min_receive_rate_(opts.min_receive_rate),
+          idle_timeout_(accepted ? opts.idle_timeout : std::chrono::milliseconds{0}),
           max_queued_bytes_(accepted ? opts.max_send_queue_bytes
                                      : std::numeric_limits<std::size_t>::max()),
           decoder_(opts.limits, opts.pool), handlers_(std::move(handlers)), log_(opts.log),
@@ -59,6 +62,9 @@ public:
     void start() {
         asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached);
         asio::co_spawn(socket_.get_executor(), write_loop(shared_from_this()), asio::detached);
+        if (frame_timeout_.count() > 0 || idle_timeout_.count() > 0) {
+            asio::co_spawn(socket_.get_executor(), watch(shared_from_this()), asio::detached);
+        }
     }
 
     /// From the connection's own read loop (a reply decided while it hands over what it
@@ -337,6 +343,10 @@ private:
             std::error_code ec;
             // Backpressure: while the replies to this peer pile up unsent (it does not read),
             // stop reading its requests.
+            if (queued_bytes_ > max_queued_bytes_) {
+                read_deadline_ = never; // the peer is not the one that is slow
+                in_frame_ = false;
+            }
             while (queued_bytes_ > max_queued_bytes_ && !closed_) {
                 drained_.expires_at(asio::steady_timer::time_point::max());
                 co_await drained_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -344,6 +354,7 @@ private:
             if (closed_) {
                 co_return;
             }
+            arm_read_deadline();
             const auto buf = decoder_.buffer();
             const std::size_t n =
                 co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()),
@@ -393,6 +404,61 @@ private:
             if (closed_) {
                 co_return;
             }
+        }
+    }
+
+    using clock = std::chrono::steady_clock;
+    static constexpr clock::time_point never = clock::time_point::max();
+
+    /// Before a read: when the peer must have sent more. Within a frame: its header within
+    /// `frame_timeout` of its first byte, its payload at `min_receive_rate` after that;
+    /// between frames, `idle_timeout` from now. Wakes the watchdog when that is earlier
+    /// than it would wake by itself (once per frame at most; between frames of an idle
+    /// timeout the deadline only moves later, and the watchdog finds that out).
+    void arm_read_deadline() {
+        const auto now = clock::now();
+        if (decoder_.mid_frame() && frame_timeout_.count() > 0) {
+            if (!in_frame_) {
+                in_frame_ = true;
+                frame_started_ = now;
+            }
+            auto at = frame_started_ + frame_timeout_;
+            if (const auto payload = decoder_.payload_bytes();
+                payload > 0 && min_receive_rate_ > 0) {
+                at += std::chrono::milliseconds(payload / min_receive_rate_ * 1000 +
+                                                payload % min_receive_rate_ * 1000 /
+                                                    min_receive_rate_);
+            }
+            read_deadline_ = at;
+        } else {
+            in_frame_ = false;
+            read_deadline_ = idle_timeout_.count() > 0 ? now + idle_timeout_ : never;
+        }
+        if (read_deadline_ < watching_until_) {
+            watching_until_ = read_deadline_;
+            watchdog_.expires_at(read_deadline_); // ends its wait: it looks again
+        }
+    }
+
+    /// Closes the connection with `errc::timed_out` once a read deadline passed.
+    asio::awaitable<void> watch([[maybe_unused]] std::shared_ptr<tcp_connection> self) {
+        while (!closed_) {
+            const auto now = clock::now();
+            if (read_deadline_ != never && now >= read_deadline_) {
+                if (log_) {
+                    log_(log_level::warning,
+                         "closing connection with " + remote_ +
+                             (in_frame_ ? ": a frame arrives too slowly (frame_timeout, "
+                                          "min_receive_rate)"
+                                        : ": nothing arrived within idle_timeout"));
+                }
+                finish(errc::timed_out);
+                co_return;
+            }
+            watching_until_ = read_deadline_;
+            watchdog_.expires_at(watching_until_);
+            std::error_code ignored;
+            co_await watchdog_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
         }
     }
 
@@ -453,6 +519,7 @@ private:
         socket_.close(ignored);
         wake_.cancel();
         drained_.cancel();
+        watchdog_.cancel();
         if (!writing_) {
             queue_.clear();
             queued_bytes_ = 0;
@@ -472,8 +539,16 @@ private:
     }
 
     asio::ip::tcp::socket socket_;
-    asio::steady_timer wake_;    // wakes the write loop
-    asio::steady_timer drained_; // wakes a read loop held back by a full send queue
+    asio::steady_timer wake_;     // wakes the write loop
+    asio::steady_timer drained_;  // wakes a read loop held back by a full send queue
+    asio::steady_timer watchdog_; // wakes watch() at the read deadline
+    std::chrono::milliseconds frame_timeout_;
+    std::size_t min_receive_rate_;
+    std::chrono::milliseconds idle_timeout_;
+    clock::time_point read_deadline_ = never;  // the peer must have sent more by then
+    clock::time_point watching_until_ = never; // when watch() wakes next
+    clock::time_point frame_started_{};        // the first byte of the frame under way
+    bool in_frame_ = false;
     std::size_t max_queued_bytes_;
     std::size_t queued_bytes_ = 0; // whole messages queued, written or not
     wire::frame_decoder decoder_;
