@@ -530,6 +530,96 @@ TEMPLATE_TEST_CASE("server_node: a full list of parked reads refuses new reads a
     CHECK(f.server.parked(0) == stuck.size());
 }
 
+TEMPLATE_TEST_CASE("server_node: one connection parks at most its share of reads; others park "
+                   "beside it, and its share comes back as its reads leave",
+                   "[server][consistency][security]", over_tcp, over_inproc) {
+    raw_client second; // before the fixture's io threads, which may run its handlers
+    fixture<TestType> f(
+        {}, {.node_id = server_id, .workers = 2, .max_parked = 8, .max_parked_per_connection = 3});
+    auto p = std::make_shared<std::promise<petrel::connection_ptr>>();
+    auto fut = p->get_future();
+    f.client_transport.async_connect(
+        f.address, second.handlers(),
+        [p](std::error_code, petrel::connection_ptr c) { p->set_value(std::move(c)); });
+    REQUIRE(fut.wait_for(timeout) == std::future_status::ready);
+    auto other = fut.get();
+    REQUIRE(other);
+
+    const auto all = petrel::key_range<std::uint64_t>::all();
+    std::uint64_t id = 1000;
+    auto read = [&](std::uint64_t clock) {
+        auto m = pull_of<std::uint64_t, float>(0, {1, 2});
+        m.header.worker = 0;
+        m.header.clock = clock;
+        m.header.range_begin = all.begin;
+        m.header.range_end = all.end;
+        m.header.request_id = ++id;
+        return m;
+    };
+    auto send = [&](raw_client& client, const petrel::connection_ptr& conn, wire::message m) {
+        auto reply = client.expect(m.header.request_id);
+        conn->send(std::move(m));
+        return reply;
+    };
+    // Sends are asynchronous: the server's count, once it reached `n` (at most 2 s).
+    auto parked = [&](std::size_t n) {
+        for (int i = 0; i < 200 && f.server.parked(0) != n; ++i) {
+            std::this_thread::sleep_for(10ms);
+        }
+        return f.server.parked(0);
+    };
+    // The first connection parks three reads that wait for clock 1; a fourth is refused.
+    std::vector<std::future<wire::message>> waiting;
+    for (int i = 0; i < 3; ++i) {
+        waiting.push_back(send(f.client, f.conn, read(1)));
+    }
+    auto refused = send(f.client, f.conn, read(1));
+    REQUIRE(refused.wait_for(timeout) == std::future_status::ready);
+    CHECK(refused.get().header.status == static_cast<std::uint32_t>(errc::backlog_full));
+    // The other connection still parks (the table's list holds 8).
+    std::vector<std::future<wire::message>> others;
+    for (int i = 0; i < 3; ++i) {
+        others.push_back(send(second, other, read(1)));
+    }
+    CHECK(parked(6) == 6);
+    for (auto& r : waiting) {
+        CHECK(r.wait_for(0s) == std::future_status::timeout);
+    }
+    // Clock 1 completes: every parked read is answered, and the first connection may park
+    // as many again.
+    for (std::uint32_t w = 0; w < 2; ++w) {
+        wire::message tick;
+        tick.header.kind = wire::message_kind::clock;
+        tick.header.table_id = 0;
+        tick.header.worker = w;
+        tick.header.clock = 1;
+        tick.header.range_begin = all.begin;
+        tick.header.range_end = all.end;
+        REQUIRE(f.call(std::move(tick)).header.status == 0);
+    }
+    for (auto* list : {&waiting, &others}) {
+        for (auto& r : *list) {
+            REQUIRE(r.wait_for(timeout) == std::future_status::ready);
+            CHECK(r.get().header.status == 0);
+        }
+    }
+    CHECK(f.server.parked(0) == 0);
+    std::vector<std::future<wire::message>> again;
+    for (int i = 0; i < 3; ++i) {
+        again.push_back(send(f.client, f.conn, read(2)));
+    }
+    CHECK(parked(3) == 3);
+    // A connection that closes takes its reads and its count with it; the other parks on.
+    f.conn->close();
+    REQUIRE(f.client.closed.get_future().wait_for(timeout) == std::future_status::ready);
+    CHECK(parked(0) == 0);
+    for (int i = 0; i < 3; ++i) {
+        others.push_back(send(second, other, read(2)));
+    }
+    CHECK(parked(3) == 3);
+    other->close();
+}
+
 TEST_CASE("server_node: several connections share the tables", "[server]") {
     raw_client second; // before the fixture's io threads, which may run its handlers
     fixture<over_inproc> f;

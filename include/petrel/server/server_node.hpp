@@ -42,6 +42,10 @@ struct server_options {
     /// Pulls and calls a table may keep waiting for slower workers before it refuses more
     /// with `errc::backlog_full`.
     std::size_t max_parked = std::size_t{1} << 16;
+    /// Of those, the reads of one connection: beyond it, that connection's reads that
+    /// would wait are refused with `errc::backlog_full`, so that one peer cannot fill the
+    /// list and stall the others.
+    std::size_t max_parked_per_connection = std::size_t{1} << 12;
     /// Tables (table ids) a server holds at most.
     std::size_t max_tables = 4096;
     /// The remote functions workers may call (see `kv_store::call`); none when null.

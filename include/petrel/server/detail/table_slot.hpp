@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
 namespace petrel::detail {
@@ -108,6 +109,23 @@ struct table_slot {
     [[nodiscard]] bool resync_holds(std::uint64_t required) const noexcept {
         return required != 0 && !resync_pending.empty();
     }
+
+    /// The reads of connection `c` parked in the gate (for the quota of one connection,
+    /// `server_options::max_parked_per_connection`).
+    [[nodiscard]] std::size_t parked_of(const connection* c) const {
+        const auto it = parked_by.find(c);
+        return it == parked_by.end() ? 0 : it->second;
+    }
+    /// A read of `c` is parked in the gate, or leaves it.
+    void note_parked(const connection* c) { ++parked_by[c]; }
+    void note_unparked(const connection* c) {
+        if (const auto it = parked_by.find(c); it != parked_by.end() && --it->second == 0) {
+            parked_by.erase(it);
+        }
+    }
+
+    /// Parked reads by connection (every read in the gate is counted here).
+    std::unordered_map<const connection*, std::size_t> parked_by;
 };
 
 } // namespace petrel::detail

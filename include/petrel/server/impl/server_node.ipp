@@ -713,6 +713,7 @@ PETREL_DECL void server_node::state::forget(const connection_ptr& c) {
     for (auto& [id, slot] : tables) {
         slot.gate.remove_if(
             [&](const waiting& w) { return w.conn == c && !wire::is_push(w.request.header.kind); });
+        slot.parked_by.erase(c.get());
         std::erase_if(slot.resync_held, [&](const waiting& w) { return w.conn == c; });
     }
 }

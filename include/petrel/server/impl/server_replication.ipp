@@ -104,6 +104,7 @@ PETREL_DECL void server_node::state::refuse_moved_reads(const replication_plan& 
             return kind == wire::message_kind::call ? true : !primary_of(w.request, self);
         });
         for (auto& w : dropped) {
+            s.note_unparked(w.conn.get());
             const auto kind = w.request.header.kind == wire::message_kind::pull
                                   ? wire::message_kind::pull_reply
                                   : wire::message_kind::call_reply;

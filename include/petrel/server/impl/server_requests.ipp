@@ -237,8 +237,9 @@ PETREL_DECL void server_node::state::on_read(const connection_ptr& c, wire::mess
     table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec);
     const bool resyncing = s && h.kind == wire::message_kind::pull && s->resync_holds(h.clock);
     if (!ec && (resyncing || !s->gate.readable(range_of(h), h.clock)) &&
-        s->gate.parked() + (s ? s->resync_held.size() : 0) >= opts.max_parked) {
-        ec = errc::backlog_full;
+        (s->gate.parked() + s->resync_held.size() >= opts.max_parked ||
+         (!resyncing && s->parked_of(c.get()) >= opts.max_parked_per_connection))) {
+        ec = errc::backlog_full; // the table's list, or this connection's share of it
     }
     if (ec) {
         out.emplace_back(c, refusal(h, reply_kind, ec));
@@ -283,6 +284,7 @@ PETREL_DECL void server_node::state::on_read(const connection_ptr& c, wire::mess
     } else {
         const auto r = range_of(h);
         const auto required = h.clock;
+        s->note_parked(c.get());
         s->gate.park(r, required, waiting{c, std::move(m)});
     }
 }
@@ -437,6 +439,7 @@ PETREL_DECL void server_node::state::release(table_slot& s, outbox& out) {
         first = i + 1;
     }
     for (auto& w : r.reads) {
+        s.note_unparked(w.conn.get());
         respond(s, w.conn, std::move(w.request), out);
     }
     if (s.resync_pending.empty() && !s.resync_held.empty()) {
