@@ -871,3 +871,64 @@ TEST_CASE("tcp_transport: an accepted connection on which nothing arrives for id
         CHECK(p.received == 10);
     }
 }
+
+TEST_CASE("tcp_transport: back-pressure holds the frames of one read once the replies queued "
+          "for a peer that does not read pass the limit",
+          "[transport][tcp][security]") {
+    // 4000 small requests in one burst, each answered with 64 KiB; the peer never reads.
+    // One read takes in well over a thousand of them: checked only between reads, the
+    // server would queue them all (about 250 MiB). Checked before each frame it handles
+    // about 1 MiB / 64 KiB of them beyond what the kernel's buffers hold.
+    log_capture log;
+    io_threads io{1};
+    petrel::transport_options opts;
+    opts.log = log.logger();
+    opts.max_send_queue_bytes = 1 << 20;
+    petrel::tcp_transport server(io.executor(), opts);
+    const auto big = petrel::shared_bytes::copy_of(std::vector<std::byte>(64 << 10));
+    std::atomic<int> handled{0};
+    petrel::connection_handlers h;
+    h.on_message = [&](const petrel::connection_ptr& c, petrel::wire::message&& m) {
+        ++handled;
+        auto reply = petrel::wire::make_reply(m.header, petrel::wire::message_kind::clock_reply);
+        reply.set_segment(petrel::wire::values_segment, big);
+        c->send(std::move(reply));
+    };
+    h.on_close = [](const petrel::connection_ptr&, std::error_code) {};
+    const auto address = server.listen("127.0.0.1:0", std::move(h));
+    const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+
+    petrel::wire::message tick;
+    tick.header.kind = petrel::wire::message_kind::clock;
+    tick.header.range_begin = 0;
+    tick.header.range_end = 1;
+    const auto one = petrel::test::frame_of(tick);
+    std::vector<std::byte> burst;
+    for (int i = 0; i < 4000; ++i) {
+        burst.insert(burst.end(), one.begin(), one.end());
+    }
+    asio::io_context raw;
+    asio::ip::tcp::socket s(raw);
+    s.connect({asio::ip::make_address("127.0.0.1"), port});
+    s.set_option(asio::socket_base::receive_buffer_size(64 << 10));
+    s.non_blocking(true);
+    std::size_t written = 0;
+    const auto until = std::chrono::steady_clock::now() + 3s;
+    while (written < burst.size() && std::chrono::steady_clock::now() < until) {
+        std::error_code ec;
+        written += s.write_some(asio::buffer(burst.data() + written, burst.size() - written), ec);
+        if (ec == asio::error::would_block) {
+            std::this_thread::sleep_for(10ms);
+        } else {
+            REQUIRE_FALSE(ec);
+        }
+    }
+    INFO("frame " << one.size() << " bytes, " << written << " of " << burst.size() << " written");
+    REQUIRE(written >= 1000 * one.size()); // the server read a good deal of the burst
+    std::this_thread::sleep_for(500ms);
+    CHECK(handled > 0);
+    CHECK(handled < 400);
+    std::error_code ignored;
+    s.close(ignored);
+    server.close();
+}

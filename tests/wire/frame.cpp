@@ -636,3 +636,41 @@ TEST_CASE("frame: every kind decodes when valid, waits when cut short and refuse
         CHECK(feed(frame_of(bad), 64).error);
     }
 }
+
+TEST_CASE("frame: a decoder told to hold after a frame keeps the rest staged until asked again",
+          "[wire]") {
+    std::vector<std::byte> stream;
+    for (std::uint64_t i = 1; i <= 3; ++i) {
+        const auto f = frame_of(make_push(10 * i, 2));
+        stream.insert(stream.end(), f.begin(), f.end());
+    }
+    frame_decoder dec({}, std::make_shared<buffer_pool>());
+    auto buf = dec.buffer();
+    REQUIRE(buf.size() >= stream.size());
+    std::memcpy(buf.data(), stream.data(), stream.size());
+    std::vector<message> got;
+    auto keep = [&](message&& m) { got.push_back(std::move(m)); };
+    // Hold after the first frame.
+    REQUIRE_FALSE(dec.consume(stream.size(), keep, [&] { return !got.empty(); }));
+    CHECK(got.size() == 1);
+    CHECK(dec.held());
+    CHECK(dec.mid_frame());
+    // Asked again with nothing new: the staged frames, one at a time while told to hold.
+    REQUIRE_FALSE(dec.consume(0, keep, [&] { return got.size() < 3; }));
+    CHECK(got.size() == 2);
+    CHECK(dec.held());
+    REQUIRE_FALSE(dec.consume(0, keep, [] { return false; }));
+    REQUIRE(got.size() == 3);
+    CHECK_FALSE(dec.held());
+    CHECK_FALSE(dec.mid_frame());
+    for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(got[i].header.key_count == 10 * (i + 1));
+    }
+    // The last frame never holds: nothing is left staged.
+    got.clear();
+    const auto one = frame_of(make_push(5, 1));
+    std::memcpy(dec.buffer().data(), one.data(), one.size());
+    REQUIRE_FALSE(dec.consume(one.size(), keep, [] { return true; }));
+    CHECK(got.size() == 1);
+    CHECK_FALSE(dec.held());
+}

@@ -70,8 +70,9 @@ struct transport_options {
     /// Where connection failures and bad frames are reported.
     logger log = stderr_logger();
     /// Bytes an accepted connection may hold queued for sending; beyond this it stops
-    /// reading from its peer until half of them are sent, so a peer that sends requests
-    /// but never reads the replies cannot make a server buffer without bound.
+    /// handling its peer's frames (checked before each one, also within one read) and
+    /// reading until half of them are sent, so a peer that sends requests but never
+    /// reads the replies cannot make a server buffer more than about one reply past it.
     /// (Connecting ends always read: the replies they receive free memory.)
     std::size_t max_send_queue_bytes = std::size_t{256} << 20;
     /// The job's secret: when set, every connection starts with a mutual challenge-

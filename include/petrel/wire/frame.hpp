@@ -618,9 +618,18 @@ public:
     /// `on_message(message&&)` for every frame completed. Returns the first error.
     template <typename OnMessage>
     std::error_code consume(std::size_t n, OnMessage&& on_message) {
+        return consume(n, on_message, [] { return false; });
+    }
+
+    /// As above; after each frame, when `hold()` is true, stops with the frames still
+    /// staged unhandled (`held()`): a later `consume(0, ...)` hands them over, and
+    /// `buffer()` must not be read into before that.
+    template <typename OnMessage, typename Hold>
+    std::error_code consume(std::size_t n, OnMessage&& on_message, Hold&& hold) {
         if (failed_) {
             return failed_;
         }
+        held_ = false;
         if (in_body_) {
             body_filled_ += n;
         } else {
@@ -635,6 +644,10 @@ public:
                 in_body_ = false;
                 if (auto ec = finish(on_message)) {
                     return fail(ec);
+                }
+                if (end_ > begin_ && hold()) {
+                    held_ = true;
+                    break;
                 }
                 continue;
             }
@@ -683,6 +696,9 @@ public:
     }
 
     [[nodiscard]] std::error_code error() const noexcept { return failed_; }
+
+    /// Whether the last `consume` stopped at its `hold()` with bytes still staged.
+    [[nodiscard]] bool held() const noexcept { return held_; }
 
     /// Whether part of a frame arrived and the rest has not yet.
     [[nodiscard]] bool mid_frame() const noexcept { return in_body_ || end_ > begin_; }
@@ -745,6 +761,7 @@ private:
     std::size_t begin_ = 0;
     std::size_t end_ = 0;
     bool in_body_ = false;
+    bool held_ = false;
     pooled_buffer body_;
     std::size_t body_filled_ = 0;
     message current_;

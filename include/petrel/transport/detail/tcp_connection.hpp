@@ -355,24 +355,31 @@ private:
                 co_return;
             }
             arm_read_deadline();
-            const auto buf = decoder_.buffer();
-            const std::size_t n =
-                co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()),
-                                                 asio::redirect_error(asio::use_awaitable, ec));
-            if (ec) {
-                finish(ec == asio::error::eof ? make_error_code(errc::connection_closed) : ec);
-                co_return;
+            std::size_t n = 0; // frames held back by the last read are handled first
+            if (!decoder_.held()) {
+                const auto buf = decoder_.buffer();
+                n = co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()),
+                                                     asio::redirect_error(asio::use_awaitable, ec));
+                if (ec) {
+                    finish(ec == asio::error::eof ? make_error_code(errc::connection_closed) : ec);
+                    co_return;
+                }
             }
             std::error_code err;
             try {
                 // Replies sent by the handlers meanwhile queue up (see send()) and leave
                 // together once every complete frame of this read was handled.
                 const reading_scope scope(reader_);
-                err = decoder_.consume(n, [&](wire::message&& m) {
-                    if (!closed_ && handlers_.on_message) {
-                        handlers_.on_message(as_connection, std::move(m));
-                    }
-                });
+                // Back-pressure before each frame: once the replies queued for this peer
+                // pass the limit, the frames after stay staged until they are sent.
+                err = decoder_.consume(
+                    n,
+                    [&](wire::message&& m) {
+                        if (!closed_ && handlers_.on_message) {
+                            handlers_.on_message(as_connection, std::move(m));
+                        }
+                    },
+                    [this] { return queued_bytes_ > max_queued_bytes_; });
             } catch (const std::bad_alloc&) {
                 if (log_) {
                     log_(log_level::error, "closing connection with " + remote_ +
