@@ -1,5 +1,6 @@
 // Fuzzes the frame decoder: a stream of bytes cut into reads of the sizes its first byte
-// picks, as a connection's read loop feeds it. Every frame it delivers has passed every
+// picks, as a connection's read loop feeds it (holding after every second frame when the
+// first byte's bit 6 says so). Every frame it delivers has passed every
 // check (header, segments, snappy, key lists), so the payload checks must accept it.
 #include <petrel/wire/frame.hpp>
 
@@ -23,6 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     limits.max_frame_bytes = std::uint64_t{1} << 24;
     limits.max_key_cache_bytes = std::uint64_t{1} << 20;
     petrel::wire::frame_decoder decoder(limits, std::make_shared<petrel::buffer_pool>());
+    const bool holding = (data[0] & 0x40) != 0;
+    std::size_t delivered = 0;
     std::size_t at = 0;
     while (at < stream.size()) {
         const auto buffer = decoder.buffer();
@@ -33,11 +36,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             std::min({chunk == 64 ? stream.size() : chunk, buffer.size(), stream.size() - at});
         std::memcpy(buffer.data(), stream.data() + at, n);
         at += n;
-        const auto ec = decoder.consume(n, [](petrel::wire::message&& m) {
+        auto check = [&delivered](petrel::wire::message&& m) {
+            ++delivered;
             if (petrel::wire::check_payload(m)) {
                 std::abort(); // a delivered frame failed a check the decoder makes
             }
-        });
+        };
+        // With bit 6 of the first byte, the decoder holds after every second frame, as a
+        // connection whose replies pile up does, and is asked again before the next read.
+        auto hold = [&] { return holding && delivered % 2 == 1; };
+        auto ec = decoder.consume(n, check, hold);
+        while (!ec && decoder.held()) {
+            ec = decoder.consume(0, check, hold);
+        }
         if (ec) {
             if (ec.category() != petrel::error_category()) {
                 std::abort(); // errors are Petrel's stable numbers
