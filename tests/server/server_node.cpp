@@ -195,6 +195,19 @@ struct fixture {
         return petrel::server_node(factory.make(io.executor(), opts), std::move(so));
     }
 
+    /// Another connection to the server, whose messages go to `other`.
+    petrel::connection_ptr connect(raw_client& other) {
+        auto p = std::make_shared<std::promise<petrel::connection_ptr>>();
+        auto fut = p->get_future();
+        client_transport.async_connect(
+            address, other.handlers(),
+            [p](std::error_code, petrel::connection_ptr c) { p->set_value(std::move(c)); });
+        REQUIRE(fut.wait_for(timeout) == std::future_status::ready);
+        auto c = fut.get();
+        REQUIRE(c);
+        return c;
+    }
+
     /// Sends `m` with a fresh request id and returns the reply.
     wire::message call(wire::message m) {
         m.header.request_id = next_id++;
@@ -536,14 +549,7 @@ TEMPLATE_TEST_CASE("server_node: one connection parks at most its share of reads
     raw_client second; // before the fixture's io threads, which may run its handlers
     fixture<TestType> f(
         {}, {.node_id = server_id, .workers = 2, .max_parked = 8, .max_parked_per_connection = 3});
-    auto p = std::make_shared<std::promise<petrel::connection_ptr>>();
-    auto fut = p->get_future();
-    f.client_transport.async_connect(
-        f.address, second.handlers(),
-        [p](std::error_code, petrel::connection_ptr c) { p->set_value(std::move(c)); });
-    REQUIRE(fut.wait_for(timeout) == std::future_status::ready);
-    auto other = fut.get();
-    REQUIRE(other);
+    auto other = f.connect(second);
 
     const auto all = petrel::key_range<std::uint64_t>::all();
     std::uint64_t id = 1000;
@@ -623,14 +629,7 @@ TEMPLATE_TEST_CASE("server_node: one connection parks at most its share of reads
 TEST_CASE("server_node: several connections share the tables", "[server]") {
     raw_client second; // before the fixture's io threads, which may run its handlers
     fixture<over_inproc> f;
-    auto p = std::make_shared<std::promise<petrel::connection_ptr>>();
-    auto fut = p->get_future();
-    f.client_transport.async_connect(
-        f.address, second.handlers(),
-        [p](std::error_code, petrel::connection_ptr c) { p->set_value(std::move(c)); });
-    REQUIRE(fut.wait_for(timeout) == std::future_status::ready);
-    auto other = fut.get();
-    REQUIRE(other);
+    auto other = f.connect(second);
 
     REQUIRE(f.call(push_of<std::uint64_t, float>(0, {42}, {1.5f})).header.status == 0);
     auto m = pull_of<std::uint64_t, float>(0, {42});
