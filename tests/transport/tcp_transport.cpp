@@ -770,16 +770,18 @@ struct slow_peer {
         return ending.get();
     }
 
+    // What the handlers touch is declared before the io threads, so that it outlives
+    // every handler that may still run.
     log_capture log;
-    io_threads io{1};
-    petrel::tcp_transport server;
-    asio::io_context raw;
-    asio::ip::tcp::socket socket{raw};
     std::atomic<int> received{0};
     std::promise<std::error_code> closed;
     std::shared_future<std::error_code> ending = closed.get_future().share();
     std::chrono::steady_clock::time_point started;
     std::chrono::steady_clock::time_point closed_at;
+    io_threads io{1};
+    petrel::tcp_transport server;
+    asio::io_context raw;
+    asio::ip::tcp::socket socket{raw};
 };
 
 /// A pull of 250 keys: a header and a payload of 2000 bytes.
@@ -880,13 +882,13 @@ TEST_CASE("tcp_transport: back-pressure holds the frames of one read once the re
     // server would queue them all (about 250 MiB). Checked before each frame it handles
     // about 1 MiB / 64 KiB of them beyond what the kernel's buffers hold.
     log_capture log;
-    io_threads io{1};
+    const auto big = petrel::shared_bytes::copy_of(std::vector<std::byte>(64 << 10));
+    std::atomic<int> handled{0};
+    io_threads io{1}; // after what its handlers touch, which outlives them
     petrel::transport_options opts;
     opts.log = log.logger();
     opts.max_send_queue_bytes = 1 << 20;
     petrel::tcp_transport server(io.executor(), opts);
-    const auto big = petrel::shared_bytes::copy_of(std::vector<std::byte>(64 << 10));
-    std::atomic<int> handled{0};
     petrel::connection_handlers h;
     h.on_message = [&](const petrel::connection_ptr& c, petrel::wire::message&& m) {
         ++handled;
