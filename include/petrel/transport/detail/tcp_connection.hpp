@@ -423,11 +423,10 @@ private:
     /// than it would wake by itself (once per frame at most; between frames of an idle
     /// timeout the deadline only moves later, and the watchdog finds that out).
     void arm_read_deadline() {
-        const auto now = clock::now();
         if (decoder_.mid_frame() && frame_timeout_.count() > 0) {
             if (!in_frame_) {
                 in_frame_ = true;
-                frame_started_ = now;
+                frame_started_ = clock::now();
             }
             auto at = frame_started_ + frame_timeout_;
             if (const auto payload = decoder_.payload_bytes();
@@ -439,7 +438,8 @@ private:
             read_deadline_ = at;
         } else {
             in_frame_ = false;
-            read_deadline_ = idle_timeout_.count() > 0 ? now + idle_timeout_ : never;
+            // The clock is read only where a deadline is set.
+            read_deadline_ = idle_timeout_.count() > 0 ? clock::now() + idle_timeout_ : never;
         }
         if (read_deadline_ < watching_until_) {
             watching_until_ = read_deadline_;
