@@ -114,6 +114,33 @@ wire::message pull_of(std::uint32_t table, const std::vector<Key>& keys, std::ui
     return request<Key, Value>(wire::message_kind::pull, table, keys, width);
 }
 
+/// Worker 0's pull of keys 1 and 2 of table 0 that waits until every worker completed
+/// `clock` over the whole key range.
+wire::message read_after(std::uint64_t clock) {
+    const auto all = petrel::key_range<std::uint64_t>::all();
+    auto m = pull_of<std::uint64_t, float>(0, {1, 2});
+    m.header.worker = 0;
+    m.header.clock = clock;
+    m.header.range_begin = all.begin;
+    m.header.range_end = all.end;
+    return m;
+}
+
+/// Worker `worker` completes `clock` of table 0 over the whole key range.
+wire::message tick_of(std::uint32_t worker, std::uint64_t clock) {
+    const auto all = petrel::key_range<std::uint64_t>::all();
+    wire::message m;
+    m.header.kind = wire::message_kind::clock;
+    m.header.sender = client_id;
+    m.header.receiver = server_id;
+    m.header.table_id = 0;
+    m.header.worker = worker;
+    m.header.clock = clock;
+    m.header.range_begin = all.begin;
+    m.header.range_end = all.end;
+    return m;
+}
+
 template <typename Value>
 std::vector<Value> values_of(const wire::message& reply) {
     const auto v = reply.values().as<Value>();
@@ -483,15 +510,6 @@ TEMPLATE_TEST_CASE("server_node: a full list of parked reads refuses new reads a
     constexpr std::size_t max_parked = 8;
     fixture<TestType> f({}, {.node_id = server_id, .workers = 2, .max_parked = max_parked});
     REQUIRE(f.call(push_of<std::uint64_t, float>(0, {1, 2}, {3, 4})).header.status == 0);
-    const auto all = petrel::key_range<std::uint64_t>::all();
-    auto read = [&](std::uint64_t clock) {
-        auto m = pull_of<std::uint64_t, float>(0, {1, 2});
-        m.header.worker = 0;
-        m.header.clock = clock;
-        m.header.range_begin = all.begin;
-        m.header.range_end = all.end;
-        return m;
-    };
     auto send = [&](wire::message m) {
         m.header.request_id = f.next_id++;
         auto reply = f.client.expect(m.header.request_id);
@@ -501,35 +519,26 @@ TEMPLATE_TEST_CASE("server_node: a full list of parked reads refuses new reads a
     // Admitted: reads that wait for clock 1 of both workers.
     std::vector<std::future<wire::message>> admitted;
     for (int i = 0; i < 3; ++i) {
-        admitted.push_back(send(read(1)));
+        admitted.push_back(send(read_after(1)));
     }
     // The rest of the list: reads that wait for a clock no worker reaches.
     std::vector<std::future<wire::message>> stuck;
     for (std::size_t i = admitted.size(); i < max_parked; ++i) {
-        stuck.push_back(send(read(1000)));
+        stuck.push_back(send(read_after(1000)));
     }
     // The list is full: a read that would wait is refused at once, one that need not
     // wait is answered.
-    const auto refused = f.call(read(1));
+    const auto refused = f.call(read_after(1));
     CHECK(refused.header.kind == wire::message_kind::pull_reply);
     CHECK(refused.header.status == static_cast<std::uint32_t>(errc::backlog_full));
-    CHECK(f.call(read(0)).header.status == 0);
+    CHECK(f.call(read_after(0)).header.status == 0);
     CHECK(f.server.parked(0) == max_parked);
     for (auto& r : admitted) {
         CHECK(r.wait_for(0s) == std::future_status::timeout);
     }
     // Both workers complete clock 1: the admitted reads are answered, the others wait on.
     for (std::uint32_t w = 0; w < 2; ++w) {
-        wire::message tick;
-        tick.header.kind = wire::message_kind::clock;
-        tick.header.sender = client_id;
-        tick.header.receiver = server_id;
-        tick.header.table_id = 0;
-        tick.header.worker = w;
-        tick.header.clock = 1;
-        tick.header.range_begin = all.begin;
-        tick.header.range_end = all.end;
-        REQUIRE(f.call(std::move(tick)).header.status == 0);
+        REQUIRE(f.call(tick_of(w, 1)).header.status == 0);
     }
     for (auto& r : admitted) {
         REQUIRE(r.wait_for(timeout) == std::future_status::ready);
@@ -551,14 +560,9 @@ TEMPLATE_TEST_CASE("server_node: one connection parks at most its share of reads
         {}, {.node_id = server_id, .workers = 2, .max_parked = 8, .max_parked_per_connection = 3});
     auto other = f.connect(second);
 
-    const auto all = petrel::key_range<std::uint64_t>::all();
     std::uint64_t id = 1000;
     auto read = [&](std::uint64_t clock) {
-        auto m = pull_of<std::uint64_t, float>(0, {1, 2});
-        m.header.worker = 0;
-        m.header.clock = clock;
-        m.header.range_begin = all.begin;
-        m.header.range_end = all.end;
+        auto m = read_after(clock);
         m.header.request_id = ++id;
         return m;
     };
@@ -594,14 +598,7 @@ TEMPLATE_TEST_CASE("server_node: one connection parks at most its share of reads
     // Clock 1 completes: every parked read is answered, and the first connection may park
     // as many again.
     for (std::uint32_t w = 0; w < 2; ++w) {
-        wire::message tick;
-        tick.header.kind = wire::message_kind::clock;
-        tick.header.table_id = 0;
-        tick.header.worker = w;
-        tick.header.clock = 1;
-        tick.header.range_begin = all.begin;
-        tick.header.range_end = all.end;
-        REQUIRE(f.call(std::move(tick)).header.status == 0);
+        REQUIRE(f.call(tick_of(w, 1)).header.status == 0);
     }
     for (auto* list : {&waiting, &others}) {
         for (auto& r : *list) {

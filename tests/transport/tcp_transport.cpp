@@ -762,6 +762,20 @@ struct slow_peer {
         asio::write(socket, asio::buffer(bytes.data(), bytes.size()));
     }
 
+    /// Sends `bytes` in pieces of `piece` bytes, `pause` apart, until all are sent or the
+    /// connection ended.
+    void trickle(std::span<const std::byte> bytes, std::size_t piece,
+                 std::chrono::milliseconds pause) {
+        for (std::size_t at = 0; at < bytes.size(); at += piece) {
+            const auto n = std::min(piece, bytes.size() - at);
+            std::error_code ignored;
+            asio::write(socket, asio::buffer(bytes.data() + at, n), ignored);
+            if (end(pause)) {
+                return;
+            }
+        }
+    }
+
     /// How the connection ended, within `within`; nullopt while it is open.
     std::optional<std::error_code> end(std::chrono::milliseconds within) {
         if (ending.wait_for(within) != std::future_status::ready) {
@@ -823,15 +837,8 @@ TEST_CASE("tcp_transport: a peer that sends a frame too slowly is closed, one wi
         // Sent at 200 bytes a second, they would take 10 s.
         slow_peer p({.frame_timeout = 200ms, .min_receive_rate = 4000});
         p.write(std::span(frame).first(head));
-        std::optional<std::error_code> ec;
-        for (std::size_t at = head; at < frame.size() && !ec; at += 10) {
-            std::error_code ignored;
-            asio::write(p.socket, asio::buffer(frame.data() + at, 10), ignored);
-            ec = p.end(50ms);
-        }
-        if (!ec) {
-            ec = p.end(5s);
-        }
+        p.trickle(std::span(frame).subspan(head), 10, 50ms);
+        const auto ec = p.end(5s);
         REQUIRE(ec);
         CHECK(*ec == petrel::errc::timed_out);
         CHECK(p.closed_at - p.started >= 600ms);
@@ -840,10 +847,7 @@ TEST_CASE("tcp_transport: a peer that sends a frame too slowly is closed, one wi
     }
     SECTION("a frame sent in pieces within the deadlines, then nothing: served, kept open") {
         slow_peer p({.frame_timeout = 2000ms, .min_receive_rate = 4000});
-        for (std::size_t at = 0; at < frame.size(); at += 600) {
-            p.write(std::span(frame).subspan(at, std::min<std::size_t>(600, frame.size() - at)));
-            std::this_thread::sleep_for(100ms);
-        }
+        p.trickle(frame, 600, 100ms);
         // Between frames no deadline runs (idle_timeout is 0).
         CHECK_FALSE(p.end(2500ms));
         CHECK(p.received == 1);

@@ -54,6 +54,46 @@ std::future<std::error_code> shake(asio::ip::tcp::socket& s, const std::string& 
         asio::use_future);
 }
 
+/// One handshake between two loopback sockets, run to its end: the initiator holds
+/// `initiator_secret` for `claimed` access, the acceptor `acceptor_secret` for `held`.
+struct both_ends {
+    asio::io_context io;
+    socket_pair s = connected(io);
+    std::error_code initiator;
+    std::error_code acceptor;
+    petrel::access initiator_granted = petrel::access::full;
+    petrel::access acceptor_granted = petrel::access::full;
+
+    both_ends(const std::string& initiator_secret, const std::string& acceptor_secret,
+              petrel::access claimed = petrel::access::full,
+              petrel::access held = petrel::access::full) {
+        // What each end grants starts as the other of what is claimed, so that a check
+        // that it was granted can fail.
+        const auto other =
+            claimed == petrel::access::full ? petrel::access::read_only : petrel::access::full;
+        initiator_granted = other;
+        acceptor_granted = other;
+        auto fa = shake(s.a, initiator_secret, true, 5s, claimed, &initiator_granted);
+        auto fb = shake(s.b, acceptor_secret, false, 5s, held, &acceptor_granted);
+        std::thread runner([&] { io.run(); });
+        acceptor = fb.get();
+        if (acceptor) {
+            s.b.close(); // as the transport does, after its delay
+        }
+        initiator = fa.get();
+        runner.join();
+    }
+
+    /// Whether the stream is in step: what the initiator writes next, the acceptor reads
+    /// first.
+    bool in_step() {
+        asio::write(s.a, asio::buffer("next", 4));
+        std::array<char, 4> got{};
+        asio::read(s.b, asio::buffer(got));
+        return std::string(got.data(), 4) == "next";
+    }
+};
+
 } // namespace
 
 TEST_CASE("handshake: a hello carries a fresh nonce behind the magic and version",
@@ -104,32 +144,17 @@ TEST_CASE("handshake: a proof holds only for its secret, its end and its nonces"
 }
 
 TEST_CASE("handshake: two ends with one secret both succeed", "[transport][auth]") {
-    asio::io_context io;
-    auto [a, b] = connected(io);
-    auto fa = shake(a, "s3cret-of-the-job", true);
-    auto fb = shake(b, "s3cret-of-the-job", false);
-    std::thread runner([&] { io.run(); });
-    CHECK_FALSE(fa.get());
-    CHECK_FALSE(fb.get());
-    runner.join();
-    // The stream is in step after it: what one end writes next, the other reads first.
-    asio::write(a, asio::buffer("next", 4));
-    std::array<char, 4> got{};
-    asio::read(b, asio::buffer(got));
-    CHECK(std::string(got.data(), 4) == "next");
+    both_ends h("s3cret-of-the-job", "s3cret-of-the-job");
+    CHECK_FALSE(h.initiator);
+    CHECK_FALSE(h.acceptor);
+    CHECK(h.in_step());
 }
 
 TEST_CASE("handshake: ends with different secrets both fail, and the acceptor sends no proof",
           "[transport][auth]") {
-    asio::io_context io;
-    auto [a, b] = connected(io);
-    auto fa = shake(a, "one secret", true);
-    auto fb = shake(b, "another secret", false);
-    std::thread runner([&] { io.run(); });
-    CHECK(fb.get() == petrel::errc::auth_failed);
-    b.close(); // as the transport does, after its delay
-    CHECK(fa.get() == petrel::errc::auth_failed);
-    runner.join();
+    both_ends h("one secret", "another secret");
+    CHECK(h.acceptor == petrel::errc::auth_failed);
+    CHECK(h.initiator == petrel::errc::auth_failed);
 }
 
 TEST_CASE("handshake: an acceptor with the job's secret admits a reader's credential made from "
@@ -139,58 +164,28 @@ TEST_CASE("handshake: an acceptor with the job's secret admits a reader's creden
     const auto reader = petrel::reader_credential(secret);
     using petrel::access;
     SECTION("the job's secret: full access") {
-        asio::io_context io;
-        auto [a, b] = connected(io);
-        access granted = access::read_only;
-        auto fa = shake(a, secret, true);
-        auto fb = shake(b, secret, false, 5s, access::full, &granted);
-        std::thread runner([&] { io.run(); });
-        CHECK_FALSE(fa.get());
-        CHECK_FALSE(fb.get());
-        runner.join();
-        CHECK(granted == access::full);
+        both_ends h(secret, secret);
+        CHECK_FALSE(h.initiator);
+        CHECK_FALSE(h.acceptor);
+        CHECK(h.acceptor_granted == access::full);
     }
     SECTION("the reader's credential: read-only, and the stream is in step") {
-        asio::io_context io;
-        auto [a, b] = connected(io);
-        access granted = access::full;
-        access seen = access::full;
-        auto fa = shake(a, reader, true, 5s, access::read_only, &seen);
-        auto fb = shake(b, secret, false, 5s, access::full, &granted);
-        std::thread runner([&] { io.run(); });
-        CHECK_FALSE(fa.get());
-        CHECK_FALSE(fb.get());
-        runner.join();
-        CHECK(granted == access::read_only);
-        CHECK(seen == access::read_only);
-        asio::write(a, asio::buffer("next", 4));
-        std::array<char, 4> got{};
-        asio::read(b, asio::buffer(got));
-        CHECK(std::string(got.data(), 4) == "next");
+        both_ends h(reader, secret, access::read_only);
+        CHECK_FALSE(h.initiator);
+        CHECK_FALSE(h.acceptor);
+        CHECK(h.acceptor_granted == access::read_only);
+        CHECK(h.initiator_granted == access::read_only);
+        CHECK(h.in_step());
     }
     SECTION("another job's reader credential fails") {
-        asio::io_context io;
-        auto [a, b] = connected(io);
-        access granted = access::full;
-        auto fa = shake(a, petrel::reader_credential("another job's secret"), true, 5s,
-                        access::read_only);
-        auto fb = shake(b, secret, false, 5s, access::full, &granted);
-        std::thread runner([&] { io.run(); });
-        CHECK(fb.get() == petrel::errc::auth_failed);
-        b.close();
-        CHECK(fa.get() == petrel::errc::auth_failed);
-        runner.join();
+        both_ends h(petrel::reader_credential("another job's secret"), secret, access::read_only);
+        CHECK(h.acceptor == petrel::errc::auth_failed);
+        CHECK(h.initiator == petrel::errc::auth_failed);
     }
     SECTION("an acceptor that holds only a reader's credential admits no one with more") {
-        asio::io_context io;
-        auto [a, b] = connected(io);
-        auto fa = shake(a, secret, true);
-        auto fb = shake(b, reader, false, 5s, access::read_only);
-        std::thread runner([&] { io.run(); });
-        CHECK(fb.get() == petrel::errc::auth_failed);
-        b.close();
-        CHECK(fa.get() == petrel::errc::auth_failed);
-        runner.join();
+        both_ends h(secret, reader, access::full, access::read_only);
+        CHECK(h.acceptor == petrel::errc::auth_failed);
+        CHECK(h.initiator == petrel::errc::auth_failed);
     }
 }
 
