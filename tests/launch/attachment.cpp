@@ -300,6 +300,10 @@ TEST_CASE("attachment: a reader's credential reads the model, and a program hold
         unreachable.id = job.members[0]->id();
         CHECK(send_raw(job.io, hostile, job.root, control_of(unreachable)) ==
               petrel::errc::not_permitted);
+        // Each node logs what it refused (a line a second at most).
+        const auto logged = job.logs.all();
+        CHECK_THAT(logged, Catch::Contains("a reader's credential reads only"));
+        CHECK_THAT(logged, Catch::Contains("refused a control message from"));
 
         // Another job's reader credential is no credential here.
         auto stranger = hostile;

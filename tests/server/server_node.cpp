@@ -314,6 +314,8 @@ TEST_CASE("server_node: a peer with a reader's credential pulls; its pushes, clo
         copy.header.kind = wire::message_kind::row_transfer;
         CHECK(f.call(std::move(copy)).header.status ==
               static_cast<std::uint32_t>(errc::not_permitted));
+        // The first refusal is logged; the next ones within a second are counted.
+        CHECK_THAT(f.log.all(), Catch::Contains("a reader's credential reads only"));
         // Nothing was created or changed, and the connection still reads.
         CHECK(f.server.key_count(0) == 0);
         CHECK(f.pull(0, {1, 5}) == std::vector<float>{0, 0});

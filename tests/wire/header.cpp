@@ -460,6 +460,24 @@ TEST_CASE("header: message kinds, known and replies", "[wire]") {
     CHECK_FALSE(is_reply(static_cast<message_kind>(0)));
 }
 
+TEST_CASE("header: a read-only peer may send pulls, control messages and replies only",
+          "[wire][security]") {
+    for (auto k = static_cast<int>(message_kind::push);
+         k <= static_cast<int>(message_kind::hand_over); ++k) {
+        const auto kind = static_cast<message_kind>(k);
+        INFO(k);
+        CHECK(read_only_may_send(kind) ==
+              (kind == message_kind::pull || kind == message_kind::control || is_reply(kind)));
+    }
+    CHECK_FALSE(read_only_may_send(message_kind::push));
+    CHECK_FALSE(read_only_may_send(message_kind::clock));
+    CHECK_FALSE(read_only_may_send(message_kind::call));
+    CHECK_FALSE(read_only_may_send(message_kind::replica_update));
+    CHECK_FALSE(read_only_may_send(message_kind::row_transfer));
+    CHECK_FALSE(read_only_may_send(message_kind::hand_over));
+    CHECK(read_only_may_send(message_kind::pull));
+}
+
 TEST_CASE("header: wire_key and wire_value accept exactly the wire's types", "[wire]") {
     STATIC_REQUIRE(wire_key<std::uint32_t>);
     STATIC_REQUIRE(wire_key<std::uint64_t>);

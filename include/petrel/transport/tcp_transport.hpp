@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/detail/log_throttle.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/detail/address.hpp>
@@ -276,19 +277,8 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
 
     /// Under `mutex`: the line to log for a refusal, or none within a second of the last.
     std::string refusal_line(const std::string& who, const std::string& why) {
-        const auto now = std::chrono::steady_clock::now();
-        if (refusals_logged_at != std::chrono::steady_clock::time_point{} &&
-            now - refusals_logged_at < std::chrono::seconds(1)) {
-            ++refusals_unlogged;
-            return {};
-        }
-        std::string text = "refused a connection from " + who + ": " + why;
-        if (refusals_unlogged > 0) {
-            text += " (and " + std::to_string(refusals_unlogged) + " more since the last line)";
-        }
-        refusals_logged_at = now;
-        refusals_unlogged = 0;
-        return text;
+        return refusals.line("refused a connection from " + who + ": " + why,
+                             std::chrono::steady_clock::now());
     }
 
     static asio::awaitable<std::pair<std::error_code, connection_ptr>>
@@ -412,8 +402,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     /// Sockets in their handshake, accepted or connecting (both count towards
     /// `max_handshakes` when a listener accepts).
     std::unordered_map<asio::ip::tcp::socket*, std::weak_ptr<asio::ip::tcp::socket>> handshakes;
-    std::chrono::steady_clock::time_point refusals_logged_at{};
-    std::size_t refusals_unlogged = 0;
+    detail::log_throttle refusals;
     /// Accepted connections holding a ticket, in all and by peer address.
     std::size_t accepted_count = 0;
     std::unordered_map<std::string, std::size_t> per_address;

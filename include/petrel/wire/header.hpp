@@ -107,6 +107,14 @@ enum class message_kind : std::uint8_t {
     }
 }
 
+/// Whether a peer admitted with a reader's credential (`access::read_only`) may send a
+/// message of kind `k`: pulls, replies and control messages (whose operations the
+/// manager judges, `detail::read_only_may_send`). Pushes, clocks, calls and servers'
+/// updates are refused with `errc::not_permitted` before they are looked at.
+[[nodiscard]] constexpr bool read_only_may_send(message_kind k) noexcept {
+    return k == message_kind::pull || k == message_kind::control || is_reply(k);
+}
+
 /// Bits of `message_header::flags`.
 enum message_flag : std::uint8_t {
     /// push: hold it back until every live worker has completed its clock, then apply

@@ -211,6 +211,22 @@ struct control_body {
 
 /// A control request (or, with `reply_to`, its reply) carrying `body`. A failed reply
 /// (`status` set) carries its body too, so that its text reaches the node's log.
+/// Whether a peer admitted with a reader's credential (`access::read_only`) may ask for
+/// `b`: a join as a new reader, heartbeats, and its own leave (a leave names no node: its
+/// connection does). Joins as a worker or a server, re-registration as a known node,
+/// barriers, reports of unreachable nodes, data sets and rounds are refused.
+[[nodiscard]] inline bool read_only_may_send(const control_body& b) noexcept {
+    switch (b.op) {
+    case control_op::join:
+        return b.role == node_role::reader && b.id == no_node;
+    case control_op::heartbeat:
+    case control_op::leave:
+        return true;
+    default:
+        return false;
+    }
+}
+
 [[nodiscard]] inline wire::message make_control(const control_body& body,
                                                 const wire::message_header* reply_to = nullptr,
                                                 std::error_code status = {}) {

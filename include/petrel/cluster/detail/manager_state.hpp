@@ -11,6 +11,7 @@
 #include <petrel/cluster/scheduler.hpp>
 #include <petrel/cluster/view.hpp>
 #include <petrel/core/declarations.hpp>
+#include <petrel/core/detail/log_throttle.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/transport/connection.hpp>
@@ -85,6 +86,7 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     manager_options opts;
     logger log;
     mutable std::mutex mutex;
+    detail::log_throttle refused_requests; // the lines for requests a peer may not make
     asio::steady_timer timer;
     phase ph = phase::idle;
     std::string address;
@@ -151,8 +153,6 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     void on_close(const connection_ptr& c);
 
     static wire::message refusal(const wire::message_header& request, errc e, std::string text);
-    /// Whether a peer with a reader's credential (`access::read_only`) may send `b`.
-    static bool reader_may(const control_body& b);
 
     // ---- joins and forming the job ------------------------------------------------------
 

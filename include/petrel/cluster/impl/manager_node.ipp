@@ -173,10 +173,20 @@ PETREL_DECL void manager_node::state::on_message(const connection_ptr& c, wire::
         c->close();
         return;
     }
-    if (c->peer_access() == access::read_only && !reader_may(*body)) {
-        c->send(refusal(m.header, errc::not_permitted,
-                        "a reader's credential joins as a new reader, sends heartbeats and "
-                        "leaves; nothing else"));
+    if (c->peer_access() == access::read_only && !detail::read_only_may_send(*body)) {
+        const std::string why =
+            "a reader's credential joins as a new reader, sends heartbeats and leaves; "
+            "nothing else";
+        std::string line;
+        {
+            std::lock_guard lock(mutex);
+            line = refused_requests.line(
+                "refused a control message from " + c->remote_address() + ": " + why, clock::now());
+        }
+        if (!line.empty()) {
+            say_now(log_level::warning, line);
+        }
+        c->send(refusal(m.header, errc::not_permitted, why));
         return;
     }
     std::vector<outgoing> out;
@@ -223,18 +233,6 @@ PETREL_DECL void manager_node::state::on_message(const connection_ptr& c, wire::
         }
     }
     flush(out, done);
-}
-
-PETREL_DECL bool manager_node::state::reader_may(const control_body& b) {
-    switch (b.op) {
-    case control_op::join:
-        return b.role == node_role::reader && b.id == no_node;
-    case control_op::heartbeat:
-    case control_op::leave: // its own: a leave names no node, its connection does
-        return true;
-    default:
-        return false;
-    }
 }
 
 PETREL_DECL void manager_node::state::on_close(const connection_ptr& c) {

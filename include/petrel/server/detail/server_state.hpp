@@ -6,6 +6,7 @@
 
 #include <petrel/consistency/clock_gate.hpp>
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/detail/log_throttle.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/server/checkpoint_loader.hpp>
@@ -112,6 +113,10 @@ struct server_node::state {
     mutable detail::thread_share applying;
     wire::wire_limits limits;
     logger log;
+    // The lines for requests a peer may not make (guarded by `refusals_mutex`, which is
+    // taken alone).
+    std::mutex refusals_mutex;
+    detail::log_throttle refused_requests;
     // Lock order: `table_locks` (the lock over all tables, then a table's), then `mutex`,
     // then a table's rows lock, then one stripe. `mutex` guards this state, but for the
     // rows of the tables, which their table's lock guards. A request to one table

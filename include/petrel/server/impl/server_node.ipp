@@ -334,10 +334,21 @@ PETREL_DECL void server_node::state::handle(const connection_ptr& c, wire::messa
     threads_seen.note();
     outbox out;
     bool refused = false;
-    if (c->peer_access() == access::read_only && m.header.kind != wire::message_kind::pull &&
-        !wire::is_reply(m.header.kind) && m.header.kind != wire::message_kind::control) {
+    if (c->peer_access() == access::read_only && !wire::read_only_may_send(m.header.kind)) {
         // A reader's credential reads: whatever would change a row or a clock is refused
         // before it is looked at.
+        std::string line;
+        {
+            std::lock_guard lock(refusals_mutex);
+            line = refused_requests.line(
+                "petrel server " + std::to_string(opts.node_id) + ": refused a request of kind " +
+                    std::to_string(static_cast<unsigned>(m.header.kind)) + " from " +
+                    c->remote_address() + ": a reader's credential reads only",
+                std::chrono::steady_clock::now());
+        }
+        if (!line.empty() && log) {
+            log(log_level::warning, line);
+        }
         c->send(refusal(m.header, wire::reply_kind_of(m.header.kind), errc::not_permitted));
         return;
     }
