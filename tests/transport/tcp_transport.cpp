@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -798,9 +799,9 @@ struct slow_peer {
     asio::ip::tcp::socket socket{raw};
 };
 
-/// A pull of 250 keys: a header and a payload of 2000 bytes.
-std::vector<std::byte> pull_frame() {
-    std::vector<std::uint64_t> keys(250);
+/// A pull of `n_keys` keys: a header and a payload of 8 bytes a key.
+std::vector<std::byte> pull_frame(std::size_t n_keys = 250) {
+    std::vector<std::uint64_t> keys(n_keys);
     std::iota(keys.begin(), keys.end(), std::uint64_t{0});
     petrel::wire::message pull;
     pull.header.kind = petrel::wire::message_kind::pull;
@@ -876,6 +877,83 @@ TEST_CASE("tcp_transport: an accepted connection on which nothing arrives for id
         CHECK_FALSE(p.end(0ms));
         CHECK(p.received == 10);
     }
+}
+
+TEST_CASE("tcp_transport: accepted connections share one budget for the payloads they receive; "
+          "a frame that waits for its share is not the slow one",
+          "[transport][tcp][security]") {
+    // A's payload (60,000 bytes) and B's (8,000) do not fit in 65,000 together. Deadlines:
+    // A's frame 1 s + 3 s at 20,000 bytes a second; B's 1 s + 0.4 s.
+    const auto frame_a = pull_frame(7500);
+    const auto frame_b = pull_frame(1000);
+    std::mutex mutex;
+    std::vector<std::uint64_t> got; // key counts, in the order received
+    std::vector<std::error_code> closes;
+    log_capture log;
+    io_threads io{1};
+    petrel::tcp_transport server(io.executor(), {.log = log.logger(),
+                                                 .frame_timeout = 1000ms,
+                                                 .min_receive_rate = 20000,
+                                                 .max_receiving_bytes = 65000});
+    petrel::connection_handlers h;
+    h.on_message = [&](const petrel::connection_ptr&, petrel::wire::message&& m) {
+        std::lock_guard lock(mutex);
+        got.push_back(m.header.key_count);
+    };
+    h.on_close = [&](const petrel::connection_ptr&, std::error_code ec) {
+        std::lock_guard lock(mutex);
+        closes.push_back(ec);
+    };
+    const auto address = server.listen("127.0.0.1:0", std::move(h));
+    const asio::ip::tcp::endpoint to{
+        asio::ip::make_address("127.0.0.1"),
+        static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))};
+    asio::io_context raw;
+    asio::ip::tcp::socket a(raw);
+    asio::ip::tcp::socket b(raw);
+    a.connect(to);
+    b.connect(to);
+    auto received = [&] {
+        std::lock_guard lock(mutex);
+        return got;
+    };
+    auto wait_for = [&](std::size_t n, std::chrono::milliseconds within) {
+        const auto until = std::chrono::steady_clock::now() + within;
+        while (received().size() < n && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(10ms);
+        }
+        return received();
+    };
+
+    // A sends its header and half its payload: its share is taken.
+    const std::size_t half = frame_a.size() / 2;
+    asio::write(a, asio::buffer(frame_a.data(), half));
+    std::this_thread::sleep_for(100ms);
+    // B sends its whole frame: it waits for A's share.
+    const auto b_sent = std::chrono::steady_clock::now();
+    asio::write(b, asio::buffer(frame_b));
+    std::this_thread::sleep_for(500ms);
+    CHECK(received().empty());
+
+    SECTION("A's frame completes: both are received, A's first") {
+        asio::write(a, asio::buffer(frame_a.data() + half, frame_a.size() - half));
+        CHECK(wait_for(2, 5s) == std::vector<std::uint64_t>{7500, 1000});
+        std::lock_guard lock(mutex);
+        CHECK(closes.empty());
+    }
+    SECTION("A stops: it is closed at its deadline; then B's frame is received and B is "
+            "kept, though it waited longer than its own deadline") {
+        CHECK(wait_for(1, 10s) == std::vector<std::uint64_t>{1000});
+        CHECK(std::chrono::steady_clock::now() - b_sent > 2s);
+        std::this_thread::sleep_for(300ms);
+        std::lock_guard lock(mutex);
+        REQUIRE(closes.size() == 1);
+        CHECK(closes[0] == petrel::errc::timed_out);
+    }
+    std::error_code ignored;
+    a.close(ignored);
+    b.close(ignored);
+    server.close();
 }
 
 TEST_CASE("tcp_transport: back-pressure holds the frames of one read once the replies queued "

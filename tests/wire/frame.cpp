@@ -674,3 +674,87 @@ TEST_CASE("frame: a decoder told to hold after a frame keeps the rest staged unt
     CHECK(got.size() == 1);
     CHECK_FALSE(dec.held());
 }
+
+TEST_CASE("frame: decoders that share a budget receive a payload only once its share is free, "
+          "and give it back once its message is handed over",
+          "[wire][security]") {
+    auto pool = std::make_shared<buffer_pool>();
+    auto budget = std::make_shared<petrel::detail::byte_budget>(10000);
+    int woken = 0;
+    frame_decoder a({}, pool);
+    frame_decoder b({}, pool);
+    a.share_budget(budget, [] {});
+    b.share_budget(budget, [&] { ++woken; });
+    const auto fa = frame_of(make_push(500, 2)); // 8000 bytes of payload
+    const auto fb = frame_of(make_push(400, 2)); // 6400
+    std::vector<message> got_a;
+    std::vector<message> got_b;
+    auto keep_a = [&](message&& m) { got_a.push_back(std::move(m)); };
+    auto keep_b = [&](message&& m) { got_b.push_back(std::move(m)); };
+
+    // A's header and half its payload: its share is taken.
+    const std::size_t half = fa.size() / 2;
+    std::memcpy(a.buffer().data(), fa.data(), half);
+    REQUIRE_FALSE(a.consume(half, keep_a));
+    CHECK(budget->used() >= 8000);
+    CHECK(budget->used() < 8100);
+    const auto a_share = budget->used();
+
+    // B's whole frame: its header is read, its payload waits, nothing is delivered.
+    std::memcpy(b.buffer().data(), fb.data(), fb.size());
+    REQUIRE_FALSE(b.consume(fb.size(), keep_b));
+    CHECK(b.waiting_for_budget());
+    CHECK(got_b.empty());
+    CHECK(budget->used() == a_share);
+    REQUIRE_FALSE(b.consume(0, keep_b)); // asked again too early: still waiting
+    CHECK(b.waiting_for_budget());
+
+    // A's frame completes: its share comes back, B is woken and receives when asked again.
+    const auto rest = a.buffer();
+    REQUIRE(rest.size() == fa.size() - half);
+    std::memcpy(rest.data(), fa.data() + half, rest.size());
+    REQUIRE_FALSE(a.consume(rest.size(), keep_a));
+    REQUIRE(got_a.size() == 1);
+    CHECK(got_a[0].header.key_count == 500);
+    CHECK(budget->used() == 0);
+    CHECK(woken >= 1);
+    REQUIRE_FALSE(b.consume(0, keep_b));
+    CHECK_FALSE(b.waiting_for_budget());
+    REQUIRE(got_b.size() == 1);
+    CHECK(got_b[0].header.key_count == 400);
+    CHECK(got_b[0].values().as<float>()[799] == 799.0f);
+    CHECK(budget->used() == 0);
+
+    SECTION("a payload larger than the whole budget is refused") {
+        frame_decoder c({}, pool);
+        c.share_budget(std::make_shared<petrel::detail::byte_budget>(4096), [] {});
+        std::memcpy(c.buffer().data(), fa.data(), half);
+        CHECK(c.consume(half, keep_a) == errc::frame_too_large);
+    }
+    SECTION("a decoder that goes, or drops its share, within a frame gives the share back") {
+        {
+            frame_decoder d({}, pool);
+            d.share_budget(budget, [] {});
+            std::memcpy(d.buffer().data(), fa.data(), half);
+            REQUIRE_FALSE(d.consume(half, keep_a));
+            CHECK(budget->used() == a_share);
+        }
+        CHECK(budget->used() == 0);
+        frame_decoder e({}, pool);
+        e.share_budget(budget, [] {});
+        std::memcpy(e.buffer().data(), fa.data(), half);
+        REQUIRE_FALSE(e.consume(half, keep_a));
+        CHECK(budget->used() == a_share);
+        e.drop_budget_share();
+        CHECK(budget->used() == 0);
+    }
+    SECTION("payloads of at most 512 bytes are not counted") {
+        frame_decoder s({}, pool);
+        s.share_budget(std::make_shared<petrel::detail::byte_budget>(0), [] {});
+        const auto small = frame_of(make_push(20, 2)); // 320 bytes
+        std::memcpy(s.buffer().data(), small.data(), small.size());
+        REQUIRE_FALSE(s.consume(small.size(), keep_a));
+        CHECK_FALSE(s.waiting_for_budget());
+        CHECK(got_a.size() == 2);
+    }
+}

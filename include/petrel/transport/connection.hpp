@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -107,6 +108,14 @@ struct transport_options {
     std::size_t max_accepted_connections = 4096;
     /// Of those, from one peer address (processes of one host share theirs).
     std::size_t max_connections_per_address = 512;
+    /// Bytes of frame payloads a node's accepted connections receive at once, together:
+    /// a frame's payload (above 512 bytes) is allocated once this much is free beside the
+    /// others' and counted until its message is handed over, so that many peers each
+    /// announcing a large frame cannot make the node reserve a frame's size for each. A
+    /// connection whose frame must wait reads nothing meanwhile (its deadlines stopped:
+    /// its peer is not the slow one); a frame larger than this is refused with
+    /// `errc::frame_too_large`. Zero: no budget.
+    std::uint64_t max_receiving_bytes = std::uint64_t{2} << 30;
 };
 
 } // namespace petrel

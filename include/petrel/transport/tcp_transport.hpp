@@ -80,6 +80,9 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         if (!opts.pool) {
             opts.pool = std::make_shared<buffer_pool>();
         }
+        if (opts.max_receiving_bytes > 0) {
+            receive_budget = std::make_shared<byte_budget>(opts.max_receiving_bytes);
+        }
     }
 
     void log(log_level level, const std::string& text) const {
@@ -105,7 +108,8 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             }
         };
         auto conn = std::make_shared<tcp_connection>(std::move(socket), opts, std::move(h),
-                                                     std::move(forget), accepted, peer);
+                                                     std::move(forget), accepted, peer,
+                                                     accepted ? receive_budget : nullptr);
         {
             std::lock_guard lock(mutex);
             if (closed) {
@@ -403,6 +407,8 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     /// `max_handshakes` when a listener accepts).
     std::unordered_map<asio::ip::tcp::socket*, std::weak_ptr<asio::ip::tcp::socket>> handshakes;
     detail::log_throttle refusals;
+    // The payloads the accepted connections receive at once (`max_receiving_bytes`).
+    std::shared_ptr<byte_budget> receive_budget;
     /// Accepted connections holding a ticket, in all and by peer address.
     std::size_t accepted_count = 0;
     std::unordered_map<std::string, std::size_t> per_address;

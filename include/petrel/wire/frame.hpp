@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/detail/byte_budget.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/wire/compression.hpp>
 #include <petrel/wire/detail/header_codec.hpp>
@@ -15,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <system_error>
@@ -603,6 +606,26 @@ public:
           staging_(std::max<std::size_t>(64 * 1024,
                                          detail::max_envelope_bytes + limits.max_header_bytes)) {}
 
+    /// Draws the payloads of frames larger than 512 bytes from `budget`, shared with
+    /// other decoders: a frame whose share is not free now is not received until it is
+    /// (`waiting_for_budget()`), and `wake` is called (on any thread) when bytes were given
+    /// back, for a later `consume(0, ...)` to try again. A frame's share is given back once
+    /// its message was handed over (or the decoder fails or goes). A payload larger than
+    /// the whole budget is refused with `errc::frame_too_large`.
+    void share_budget(std::shared_ptr<petrel::detail::byte_budget> budget,
+                      std::function<void()> wake) {
+        budget_ = std::move(budget);
+        wake_ = std::move(wake);
+    }
+
+    /// Whether the last `consume` stopped before a frame's payload, whose share of the
+    /// budget is not free yet. `buffer()` must not be read into before a `consume(0, ...)`
+    /// got it.
+    [[nodiscard]] bool waiting_for_budget() const noexcept { return waiting_; }
+
+    /// Gives the share of the frame being received back now (its connection closed).
+    void drop_budget_share() noexcept { share_.reset(); }
+
     /// Where the next bytes from the stream go. Never empty unless the decoder failed.
     [[nodiscard]] std::span<std::byte> buffer() noexcept {
         if (failed_) {
@@ -630,6 +653,7 @@ public:
             return failed_;
         }
         held_ = false;
+        waiting_ = false;
         if (in_body_) {
             body_filled_ += n;
         } else {
@@ -669,9 +693,20 @@ public:
             if (auto ec = check_header(current_.header, envelope.payload_bytes)) {
                 return fail(ec);
             }
+            const std::uint64_t payload = envelope.payload_bytes;
+            if (budget_ && payload > small_body_bytes) {
+                if (payload > budget_->limit()) {
+                    return fail(errc::frame_too_large);
+                }
+                if (!budget_->take_or_wait(payload, wake_)) {
+                    waiting_ = true; // the header is read again when asked again
+                    current_ = message{};
+                    break;
+                }
+                share_ = petrel::detail::budget_share(budget_, payload);
+            }
             begin_ += envelope.size + envelope.body_bytes;
             current_.received_head_bytes = envelope.size + envelope.body_bytes;
-            const std::uint64_t payload = envelope.payload_bytes;
             body_ = payload == 0                  ? pooled_buffer{}
                     : payload <= small_body_bytes ? small_body(payload)
                                                   : pool_->acquire(payload);
@@ -745,12 +780,15 @@ private:
         }
         on_message(std::move(current_));
         current_ = message{};
+        share_.reset();
         return {};
     }
 
     std::error_code fail(std::error_code ec) {
         failed_ = ec;
         body_ = {};
+        current_ = message{};
+        share_.reset();
         return ec;
     }
 
@@ -762,6 +800,10 @@ private:
     std::size_t end_ = 0;
     bool in_body_ = false;
     bool held_ = false;
+    bool waiting_ = false;
+    std::shared_ptr<petrel::detail::byte_budget> budget_;
+    std::function<void()> wake_;
+    petrel::detail::budget_share share_; // the payload's bytes, while it is received
     pooled_buffer body_;
     std::size_t body_filled_ = 0;
     message current_;

@@ -1,6 +1,7 @@
 // Petrel: one TCP connection: a read loop and a write loop on a strand.
 #pragma once
 
+#include <petrel/core/detail/byte_budget.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/detail/handshake.hpp>
@@ -42,9 +43,11 @@ public:
     /// ends can never wait for each other.
     tcp_connection(asio::ip::tcp::socket socket, const transport_options& opts,
                    connection_handlers handlers, std::function<void(tcp_connection*)> on_gone,
-                   bool accepted, access peer = access::full)
+                   bool accepted, access peer = access::full,
+                   std::shared_ptr<byte_budget> receive_budget = {})
         : socket_(std::move(socket)), wake_(socket_.get_executor()),
-          drained_(socket_.get_executor()), watchdog_(socket_.get_executor()),
+          drained_(socket_.get_executor()), budget_freed_(socket_.get_executor()),
+          watchdog_(socket_.get_executor()), receive_budget_(std::move(receive_budget)),
           frame_timeout_(opts.frame_timeout), min_receive_rate_(opts.min_receive_rate),
           idle_timeout_(accepted ? opts.idle_timeout : std::chrono::milliseconds{0}),
           max_queued_bytes_(accepted ? opts.max_send_queue_bytes
@@ -60,6 +63,16 @@ public:
     }
 
     void start() {
+        if (receive_budget_) {
+            decoder_.share_budget(receive_budget_, [weak = weak_from_this()] {
+                if (auto self = weak.lock()) {
+                    asio::post(self->socket_.get_executor(), [self] {
+                        self->budget_was_freed_ = true;
+                        self->budget_freed_.cancel();
+                    });
+                }
+            });
+        }
         asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached);
         asio::co_spawn(socket_.get_executor(), write_loop(shared_from_this()), asio::detached);
         if (frame_timeout_.count() > 0 || idle_timeout_.count() > 0) {
@@ -337,26 +350,48 @@ private:
         std::atomic<std::thread::id>& reader;
     };
 
+    /// Gives the receive budget's share of an unfinished frame back when the read loop
+    /// ends.
+    struct share_guard {
+        wire::frame_decoder& decoder;
+        ~share_guard() { decoder.drop_budget_share(); }
+    };
+
     asio::awaitable<void> read_loop(std::shared_ptr<tcp_connection> self) {
         const connection_ptr as_connection = self;
+        const share_guard guard{decoder_};
         for (;;) {
             std::error_code ec;
-            // Backpressure: while the replies to this peer pile up unsent (it does not read),
-            // stop reading its requests.
-            if (queued_bytes_ > max_queued_bytes_) {
-                read_deadline_ = never; // the peer is not the one that is slow
+            if (decoder_.waiting_for_budget()) {
+                // The node's receive budget is held by other connections' frames: wait
+                // until some of it is given back. The peer is not the one that is slow.
+                read_deadline_ = never;
                 in_frame_ = false;
-            }
-            while (queued_bytes_ > max_queued_bytes_ && !closed_) {
-                drained_.expires_at(asio::steady_timer::time_point::max());
-                co_await drained_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+                while (!budget_was_freed_ && !closed_) {
+                    budget_freed_.expires_at(asio::steady_timer::time_point::max());
+                    co_await budget_freed_.async_wait(
+                        asio::redirect_error(asio::use_awaitable, ec));
+                }
+                budget_was_freed_ = false;
+            } else {
+                // Back-pressure: while the replies to this peer pile up unsent (it does not
+                // read), stop reading its requests (between frames: a frame under way is
+                // received whole, so that its share of the budget comes back).
+                if (queued_bytes_ > max_queued_bytes_ && decoder_.payload_bytes() == 0) {
+                    read_deadline_ = never; // the peer is not the one that is slow
+                    in_frame_ = false;
+                    while (queued_bytes_ > max_queued_bytes_ && !closed_) {
+                        drained_.expires_at(asio::steady_timer::time_point::max());
+                        co_await drained_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+                    }
+                }
+                arm_read_deadline();
             }
             if (closed_) {
                 co_return;
             }
-            arm_read_deadline();
             std::size_t n = 0; // frames held back by the last read are handled first
-            if (!decoder_.held()) {
+            if (!decoder_.held() && !decoder_.waiting_for_budget()) {
                 const auto buf = decoder_.buffer();
                 n = co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()),
                                                      asio::redirect_error(asio::use_awaitable, ec));
@@ -526,6 +561,7 @@ private:
         socket_.close(ignored);
         wake_.cancel();
         drained_.cancel();
+        budget_freed_.cancel();
         watchdog_.cancel();
         if (!writing_) {
             queue_.clear();
@@ -546,9 +582,12 @@ private:
     }
 
     asio::ip::tcp::socket socket_;
-    asio::steady_timer wake_;     // wakes the write loop
-    asio::steady_timer drained_;  // wakes a read loop held back by a full send queue
-    asio::steady_timer watchdog_; // wakes watch() at the read deadline
+    asio::steady_timer wake_;         // wakes the write loop
+    asio::steady_timer drained_;      // wakes a read loop held back by a full send queue
+    asio::steady_timer budget_freed_; // wakes a read loop waiting for the receive budget
+    bool budget_was_freed_ = false;   // (set with it, on the strand)
+    asio::steady_timer watchdog_;     // wakes watch() at the read deadline
+    std::shared_ptr<byte_budget> receive_budget_; // shared by the transport's connections
     std::chrono::milliseconds frame_timeout_;
     std::size_t min_receive_rate_;
     std::chrono::milliseconds idle_timeout_;

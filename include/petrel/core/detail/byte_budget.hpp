@@ -1,0 +1,112 @@
+// Petrel: a number of bytes shared by the connections of one node.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace petrel::detail {
+
+/// Bytes that several connections draw on at once, such as the payloads being received
+/// over all the connections of a node. A connection takes its share before it allocates
+/// and gives it back once the bytes are handed over; one that cannot have its share now
+/// leaves a wake-up, called (once, on whatever thread gives bytes back) when bytes were
+/// given back, so that it tries again. Shares are taken whole: no share waits holding
+/// part of what it needs, so waiting never deadlocks while the holders make progress.
+///
+/// @par Thread Safety
+/// Safe to use from any thread.
+class byte_budget {
+public:
+    explicit byte_budget(std::uint64_t limit) noexcept : limit_(limit) {}
+
+    byte_budget(const byte_budget&) = delete;
+    byte_budget& operator=(const byte_budget&) = delete;
+
+    [[nodiscard]] std::uint64_t limit() const noexcept { return limit_; }
+
+    /// Bytes held now.
+    [[nodiscard]] std::uint64_t used() const {
+        std::lock_guard lock(mutex_);
+        return used_;
+    }
+
+    /// Takes `n` bytes when they fit (true). Otherwise keeps `wake` for the next time
+    /// bytes are given back (false). `n` above the limit never fits: check it first.
+    [[nodiscard]] bool take_or_wait(std::uint64_t n, std::function<void()> wake) {
+        std::lock_guard lock(mutex_);
+        if (n <= limit_ - used_) {
+            used_ += n;
+            return true;
+        }
+        waiting_.push_back(std::move(wake));
+        return false;
+    }
+
+    /// Gives back `n` bytes taken before, and wakes everyone that waited (outside the
+    /// lock): each tries again, and those that still do not fit wait again.
+    void give_back(std::uint64_t n) {
+        std::vector<std::function<void()>> wake;
+        {
+            std::lock_guard lock(mutex_);
+            used_ -= n < used_ ? n : used_;
+            wake.swap(waiting_);
+        }
+        for (auto& w : wake) {
+            try {
+                if (w) {
+                    w();
+                }
+            } catch (...) {
+                // Out of memory while waking: that one tries again at the next give-back.
+            }
+        }
+    }
+
+private:
+    const std::uint64_t limit_;
+    mutable std::mutex mutex_;
+    std::uint64_t used_ = 0;
+    std::vector<std::function<void()>> waiting_;
+};
+
+/// Bytes taken from a `byte_budget`, given back when it goes (or on `reset`).
+class budget_share {
+public:
+    budget_share() = default;
+    budget_share(std::shared_ptr<byte_budget> budget, std::uint64_t n) noexcept
+        : budget_(std::move(budget)), n_(n) {}
+    budget_share(budget_share&& o) noexcept
+        : budget_(std::move(o.budget_)), n_(std::exchange(o.n_, 0)) {}
+    budget_share& operator=(budget_share&& o) noexcept {
+        if (this != &o) {
+            reset();
+            budget_ = std::move(o.budget_);
+            n_ = std::exchange(o.n_, 0);
+        }
+        return *this;
+    }
+    budget_share(const budget_share&) = delete;
+    budget_share& operator=(const budget_share&) = delete;
+    ~budget_share() { reset(); }
+
+    /// Gives the bytes back now.
+    void reset() noexcept {
+        if (budget_ && n_ > 0) {
+            budget_->give_back(n_);
+        }
+        budget_.reset();
+        n_ = 0;
+    }
+
+    [[nodiscard]] std::uint64_t bytes() const noexcept { return n_; }
+
+private:
+    std::shared_ptr<byte_budget> budget_;
+    std::uint64_t n_ = 0;
+};
+
+} // namespace petrel::detail
