@@ -13,6 +13,7 @@
 #include <petrel/core/vector_clock.hpp>
 
 #include <petrel/wire/frame.hpp>
+#include <petrel/wire/frame_decoder.hpp>
 #include <petrel/wire/header.hpp>
 #include <petrel/wire/message.hpp>
 

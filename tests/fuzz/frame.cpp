@@ -2,7 +2,7 @@
 // picks, as a connection's read loop feeds it (holding after every second frame when the
 // first byte's bit 6 says so). Every frame it delivers has passed every
 // check (header, segments, snappy, key lists), so the payload checks must accept it.
-#include <petrel/wire/frame.hpp>
+#include <petrel/wire/frame_decoder.hpp>
 
 #include <petrel/core/buffer_pool.hpp>
 

@@ -11,7 +11,7 @@
 #include <petrel/server/table_registry.hpp>
 #include <petrel/server/updater.hpp>
 #include <petrel/transport/inproc_transport.hpp>
-#include <petrel/wire/frame.hpp>
+#include <petrel/wire/frame_decoder.hpp>
 #include <petrel/wire/remote_call.hpp>
 
 #include <asio/io_context.hpp>

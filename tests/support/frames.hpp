@@ -1,11 +1,16 @@
 // Test support: frames as byte strings, and feeding them to a decoder.
 #pragma once
 
-#include <petrel/wire/frame.hpp>
+#include <petrel/wire/frame_decoder.hpp>
+
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <numeric>
+#include <span>
 #include <system_error>
 #include <vector>
 
@@ -94,6 +99,53 @@ inline std::error_code feed_all(wire::frame_decoder& dec, const std::vector<std:
         }
     }
     return {};
+}
+
+/// A push of `n` u64 keys 0, 2, 4, ... with `width` floats each.
+inline wire::message numbered_push(std::size_t n, std::uint32_t width) {
+    std::vector<std::uint64_t> keys(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        keys[i] = 2 * i;
+    }
+    std::vector<float> values(n * width);
+    std::iota(values.begin(), values.end(), 0.0f);
+    wire::message m;
+    m.header.kind = wire::message_kind::push;
+    m.header.request_id = 42;
+    m.header.table_id = 3;
+    m.header.width = width;
+    m.header.key_count = n;
+    m.header.range_begin = 0;
+    m.header.range_end = 2 * n + 1;
+    m.set_segment(wire::keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    m.set_segment(wire::values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    return m;
+}
+
+struct feed_result {
+    std::vector<wire::message> messages;
+    std::error_code error;
+};
+
+/// Feeds `stream` to a decoder in pieces of at most `chunk` bytes.
+inline feed_result feed_in_pieces(const std::vector<std::byte>& stream, std::size_t chunk,
+                                  wire::wire_limits limits = {}) {
+    wire::frame_decoder dec(limits, std::make_shared<buffer_pool>());
+    feed_result r;
+    std::size_t pos = 0;
+    while (pos < stream.size()) {
+        auto buf = dec.buffer();
+        REQUIRE_FALSE(buf.empty());
+        const std::size_t n = std::min({chunk, buf.size(), stream.size() - pos});
+        std::memcpy(buf.data(), stream.data() + pos, n);
+        pos += n;
+        r.error = dec.consume(n, [&](wire::message&& m) { r.messages.push_back(std::move(m)); });
+        if (r.error) {
+            CHECK(dec.buffer().empty());
+            break;
+        }
+    }
+    return r;
 }
 
 } // namespace petrel::test

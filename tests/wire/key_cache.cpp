@@ -1,6 +1,6 @@
 #include <petrel/wire/key_cache.hpp>
 
-#include <petrel/wire/frame.hpp>
+#include <petrel/wire/frame_decoder.hpp>
 
 #include "support/frames.hpp"
 

@@ -5,7 +5,7 @@
 #include <petrel/core/error.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/detail/handshake.hpp>
-#include <petrel/wire/frame.hpp>
+#include <petrel/wire/frame_decoder.hpp>
 
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
