@@ -366,9 +366,9 @@ TEST_CASE("manager_node: a node that registers again replaces its earlier regist
 namespace {
 
 /// The registration again of node `id` of job "job-a" (a worker of rank `rank`), holding
-/// view `v`, as a member that lost its manager sends it.
+/// view `v` and showing `key`, as a member that lost its manager sends it.
 petrel::wire::message worker_return(petrel::node_id id, std::uint32_t rank,
-                                    const petrel::membership_view& v) {
+                                    const petrel::membership_view& v, petrel::node_key key) {
     petrel::detail::control_body b;
     b.op = petrel::detail::control_op::join;
     b.job_id = "job-a";
@@ -377,6 +377,7 @@ petrel::wire::message worker_return(petrel::node_id id, std::uint32_t rank,
     b.id = id;
     b.version = v.version;
     b.view = v;
+    b.key = key;
     return petrel::detail::make_control(b);
 }
 
@@ -555,18 +556,26 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
     REQUIRE(conn);
 
     // One node of three comes back (its manager is alive for the others): sent away.
+    // Meanwhile registrations as it with another key, or none, are refused at once.
     const auto start = std::chrono::steady_clock::now();
-    conn->send(worker_return(3, 2, v));
-    CHECK(status_of_message(ev, 1) == static_cast<std::uint32_t>(petrel::errc::timed_out));
+    conn->send(worker_return(3, 2, v, w1->key()));
+    const auto not_permitted = static_cast<std::uint32_t>(petrel::errc::not_permitted);
+    conn->send(worker_return(3, 2, v, {w1->key()[0], w1->key()[1] ^ 1}));
+    CHECK(status_of_message(ev, 1) == not_permitted);
+    conn->send(worker_return(3, 2, v, {}));
+    CHECK(status_of_message(ev, 2) == not_permitted);
+    CHECK(status_of_message(ev, 3) == static_cast<std::uint32_t>(petrel::errc::timed_out));
     CHECK(std::chrono::steady_clock::now() - start >= 800ms);
     CHECK_FALSE(next.view());
     CHECK_THAT(j.logs.all(), Catch::Contains("its manager may still be alive"));
+    CHECK_THAT(j.logs.all(),
+               Catch::Contains("registers again only with the key it was given when it joined"));
 
     // A registration that does not name its node in its view is refused.
     auto stranger = v;
     stranger.nodes.pop_back();
-    conn->send(worker_return(3, 2, stranger));
-    CHECK(status_of_message(ev, 2) == static_cast<std::uint32_t>(petrel::errc::invalid_argument));
+    conn->send(worker_return(3, 2, stranger, w1->key()));
+    CHECK(status_of_message(ev, 4) == static_cast<std::uint32_t>(petrel::errc::invalid_argument));
 
     // The job's own manager moves a live node that registers again to its new
     // connection, where it asks again for what it waited for.
@@ -577,15 +586,19 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
                     [&](std::error_code, petrel::connection_ptr c) { again.set_value(c); });
     auto moved = again.get_future().get();
     REQUIRE(moved);
-    moved->send(worker_return(2, 1, v));
-    CHECK(status_of_message(ev, 3) == 0);
+    // Without the node's own key, a holder of the job's secret cannot take its place.
+    moved->send(worker_return(2, 1, v, w1->key()));
+    CHECK(status_of_message(ev, 5) == not_permitted);
+    CHECK(first_wait.wait_for(0ms) == std::future_status::timeout);
+    moved->send(worker_return(2, 1, v, w0->key()));
+    CHECK(status_of_message(ev, 6) == 0);
     auto other = w1->async_barrier(petrel::group::workers, asio::use_future);
     CHECK(other.wait_for(300ms) == std::future_status::timeout); // worker 2 has not asked
     petrel::detail::control_body bar;
     bar.op = petrel::detail::control_op::barrier;
     bar.barrier_group = petrel::group::workers;
     moved->send(petrel::detail::make_control(bar));
-    CHECK(status_of_message(ev, 4) == 0);
+    CHECK(status_of_message(ev, 7) == 0);
     CHECK_FALSE(code_of(other));
     // The job's own manager tells a node it declared failed that it may only join anew.
     w1->close();
@@ -600,7 +613,7 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
     auto root_conn = to_root.get_future().get();
     REQUIRE(root_conn);
     const auto before = ev.message_count(); // views the moved node was sent come too
-    root_conn->send(worker_return(3, 2, v));
+    root_conn->send(worker_return(3, 2, v, w1->key()));
     std::uint32_t refused = 0;
     const auto until = std::chrono::steady_clock::now() + petrel::test::timeout;
     while (refused == 0 && std::chrono::steady_clock::now() < until) {

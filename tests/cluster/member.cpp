@@ -145,6 +145,10 @@ TEST_CASE("member: a root that comes up late is joined", "[cluster][member]") {
     CHECK_FALSE(code_of(fs));
     CHECK(w.id() == 2);
     CHECK(s.id() == 1);
+    // Each was given a key of its own.
+    CHECK(w.key() != petrel::node_key{});
+    CHECK(s.key() != petrel::node_key{});
+    CHECK(w.key() != s.key());
 }
 
 TEST_CASE("member: a lost manager ends every wait with an error", "[cluster][member]") {

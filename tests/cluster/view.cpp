@@ -133,6 +133,32 @@ TEST_CASE("view: a control body carries its class version; a newer one's appende
     CHECK_FALSE(read(older).has_value());
 }
 
+TEST_CASE("view: a control body of version 2 carries the node's key; one of version 1 is read "
+          "without it",
+          "[cluster][view][security]") {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::join;
+    b.id = 4;
+    b.text = "hello";
+    b.key = {0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+    const auto m = petrel::detail::make_control(b);
+    const auto got = petrel::detail::read_control(m);
+    REQUIRE(got.has_value());
+    CHECK(got->key == b.key);
+    // Version 1 wrote everything but the key.
+    const auto bytes = m.values().span();
+    REQUIRE(bytes.size() > 16);
+    std::vector<std::byte> v1(bytes.begin(), bytes.end() - 16);
+    const std::uint32_t one = 1;
+    std::memcpy(v1.data(), &one, sizeof one);
+    const auto old = read_with_body(m, v1);
+    REQUIRE(old.has_value());
+    CHECK(old->read_version == 1);
+    CHECK(old->id == 4);
+    CHECK(old->text == "hello");
+    CHECK(old->key == petrel::node_key{});
+}
+
 TEST_CASE("view: corrupt control bodies are refused, never over-allocated",
           "[cluster][view][security]") {
     petrel::detail::control_body b;
@@ -191,11 +217,12 @@ TEST_CASE("view: corrupt control bodies are refused, never over-allocated",
     CHECK(with(policy).has_value());
     // So is any other flag byte other than 0 or 1: whether a view follows (after the
     // fixed fields and four empty texts, 4 bytes each) and whether declarations do (the
-    // last byte).
+    // byte before the 16 of the node's key).
     constexpr std::size_t has_view = 4 + 31 + 4 * 4;
+    const std::size_t has_declared = copy.size() - 1 - sizeof(petrel::node_key);
     REQUIRE(copy[has_view] == std::byte{1});
-    REQUIRE(copy.back() == std::byte{0});
-    for (const auto flag : {has_view, copy.size() - 1}) {
+    REQUIRE(copy[has_declared] == std::byte{0});
+    for (const auto flag : {has_view, has_declared}) {
         auto odd_flag = copy;
         odd_flag[flag] = std::byte{0x65};
         CHECK_FALSE(with(odd_flag).has_value());

@@ -264,6 +264,10 @@ public:
     /// each other (see `replication_plan::secret`); 0 for other roles and before the join.
     [[nodiscard]] PETREL_DECL std::uint64_t server_secret() const;
 
+    /// This node's own key from the manager (see `node_key`), which it shows when it
+    /// registers again; none before the join. Give it to no other process.
+    [[nodiscard]] PETREL_DECL node_key key() const;
+
     /// The newest view; null before the join completed.
     [[nodiscard]] PETREL_DECL view_ptr view() const;
 

@@ -1,6 +1,7 @@
 // Petrel: node ids and roles.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -13,6 +14,20 @@ using node_id = std::uint32_t;
 
 /// The id of no node.
 inline constexpr node_id no_node = 0xFFFFFFFFu;
+
+/// A node's own key: 128 random bits the manager gives a node when it joins, which only
+/// that node is sent. Registering again as the node (after a lost connection, or with a
+/// manager that takes the job over) requires it, so that no other holder of the job's
+/// secret can take a node's place. All zero: no key.
+using node_key = std::array<std::uint64_t, 2>;
+
+/// Whether `a` and `b` are the same key, in a time that does not depend on where they
+/// differ. No key matches nothing.
+[[nodiscard]] constexpr bool same_key(const node_key& a, const node_key& b) noexcept {
+    const std::uint64_t differ = (a[0] ^ b[0]) | (a[1] ^ b[1]);
+    const std::uint64_t empty = a[0] | a[1];
+    return differ == 0 && empty != 0;
+}
 
 /// What a node does. Numbers are fixed: they are on the wire.
 enum class node_role : std::uint8_t {

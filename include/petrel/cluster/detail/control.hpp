@@ -128,9 +128,9 @@ void load_declarations(Archive& ar, declarations& d) {
 
 /// The version of the encoding of `control_body` (its Cereal class version, written
 /// before its fields). A newer version only appends fields: a reader of an older one
-/// reads the fields it knows and leaves the rest unread; a body of an older version than
-/// this one is refused (there is none: version 1 is the first).
-inline constexpr std::uint32_t control_body_version = 1;
+/// reads the fields it knows and leaves the rest unread. Version 2 appended `key`; a
+/// body of version 1 is read without one.
+inline constexpr std::uint32_t control_body_version = 2;
 
 /// The body of a control message or reply; which fields matter depends on `op`.
 struct control_body {
@@ -160,6 +160,9 @@ struct control_body {
     /// join: what the node's process declares (tables, remote functions); none from a
     /// node that declares nothing (it is not compared).
     std::optional<declarations> declared;
+    /// join replies: the node's own key; a join as a known node (`id` set): the key it
+    /// was given (version 2 on).
+    node_key key{};
     /// The version of the encoding this body was read from (`control_body_version` for
     /// one made here); not sent.
     std::uint32_t read_version = control_body_version;
@@ -180,11 +183,12 @@ struct control_body {
         if (has_declared) {
             save_declarations(ar, *declared);
         }
+        ar(key[0], key[1]);
     }
 
     template <class Archive>
     void load(Archive& ar, std::uint32_t encoding) {
-        if (encoding < control_body_version) {
+        if (encoding < 1) {
             throw std::domain_error("a control body of an unknown older encoding");
         }
         read_version = encoding;
@@ -200,6 +204,9 @@ struct control_body {
         if (load_flag(ar)) {
             declared.emplace();
             load_declarations(ar, *declared);
+        }
+        if (encoding >= 2) {
+            ar(key[0], key[1]);
         }
         if (op < control_op::join || op > control_op::unreachable || role < node_role::manager ||
             role > node_role::reader || barrier_group < group::all ||

@@ -58,6 +58,7 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     struct member {
         connection_ptr conn;
         clock::time_point last_seen;
+        node_key key{}; // given to the node when it joined; asked for when it registers again
     };
 
     struct waiting_barrier {
@@ -130,6 +131,7 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     std::vector<std::pair<log_level, std::string>> notes; // written by flush()
 
     static std::uint64_t random_secret();
+    static node_key random_key();
 
     /// Logs at once: only where no lock is held.
     void say_now(log_level level, const std::string& text) const;
@@ -308,6 +310,10 @@ struct manager_node::state : std::enable_shared_from_this<state> {
                    std::vector<std::function<void(std::error_code)>>& done);
 
     wire::message return_reply(const wire::message_header& h, node_id id, node_role role) const;
+    /// Refuses a registration of node `id` again that lacks its key (logged, a line a
+    /// second at most).
+    void refuse_key(const connection_ptr& c, const wire::message_header& h, node_id id,
+                    std::vector<outgoing>& out);
 
     /// Takes the job over once every live node of the newest view came back, or a
     /// heartbeat timeout after the first with a majority; gives up on those that came

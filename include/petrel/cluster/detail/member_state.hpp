@@ -50,6 +50,7 @@ struct member::state : std::enable_shared_from_this<state> {
     asio::steady_timer timer;
     node_id id = no_node;
     std::uint64_t secret = 0;
+    node_key key{}; // from the join reply: shown when registering again
     view_ptr view;
     std::map<std::size_t, view_callback> subscribers;
     std::map<std::size_t, std::function<void()>> failure_subscribers;

@@ -103,6 +103,10 @@ PETREL_DECL std::uint64_t manager_node::state::random_secret() {
     return ((hi << 32) | lo) | 1; // never 0 (no secret)
 }
 
+PETREL_DECL node_key manager_node::state::random_key() {
+    return {random_secret(), random_secret()}; // never all zero (no key)
+}
+
 PETREL_DECL void manager_node::state::say_now(log_level level, const std::string& text) const {
     if (log) {
         log(level, "petrel manager: " + text);
@@ -417,7 +421,7 @@ PETREL_DECL void manager_node::state::form_job(std::vector<outgoing>& out) {
         if (server) {
             servers.push_back(id);
         }
-        members[id] = {j.conn, now};
+        members[id] = {j.conn, now, random_key()};
         by_conn[j.conn.get()] = id;
     }
     v->ring = ring::balanced(opts.ring, servers);
@@ -430,6 +434,7 @@ PETREL_DECL void manager_node::state::form_job(std::vector<outgoing>& out) {
         b.id = static_cast<node_id>(i + 1);
         b.version = v->version;
         b.view = *v;
+        b.key = members[b.id].key; // only this node is sent its key
         if (joins[i].body.role == node_role::server) {
             b.secret = secret;
         }
@@ -475,7 +480,7 @@ PETREL_DECL void manager_node::state::admit(const connection_ptr& c, const wire:
     v->nodes.push_back(
         {id, b.role, node_state::alive, server ? b.address : std::string{}, b.rank, index, {}, g});
     ++v->version;
-    members[id] = {c, clock::now()};
+    members[id] = {c, clock::now(), random_key()};
     by_conn[c.get()] = id;
     if (server) {
         entering.push_back(id);
@@ -489,6 +494,7 @@ PETREL_DECL void manager_node::state::admit(const connection_ptr& c, const wire:
     reply.id = id;
     reply.version = v->version;
     reply.view = *v;
+    reply.key = members[id].key; // only this node is sent its key
     if (server) {
         reply.secret = secret;
     }

@@ -49,6 +49,11 @@ manager_node::state::on_return(const connection_ptr& c, const wire::message_head
             return;
         }
         auto& mem = members[b.id];
+        if (!same_key(b.key, mem.key)) {
+            // Another holder of the job's secret: it may not take the node's place.
+            refuse_key(c, h, b.id, out);
+            return;
+        }
         // What it waited for on its old connection it asks for again on this one.
         for (auto& bar : barriers) {
             if (bar.arrived.erase(b.id) != 0) {
@@ -83,6 +88,13 @@ manager_node::state::on_return(const connection_ptr& c, const wire::message_head
             {c, refusal(h, errc::node_failed, me->describe() + " is not live in its own view")});
         return;
     }
+    // This manager never gave the node its key: the first key it comes back with is the
+    // node's, and a registration with another is refused.
+    if (auto it = returning.find(b.id);
+        b.key == node_key{} || (it != returning.end() && !same_key(b.key, it->second.body.key))) {
+        refuse_key(c, h, b.id, out);
+        return;
+    }
     if (b.role == node_role::server) {
         if (returned_secret != 0 && b.secret != returned_secret) {
             out.push_back({c, refusal(h, errc::invalid_argument,
@@ -105,6 +117,19 @@ manager_node::state::on_return(const connection_ptr& c, const wire::message_head
     const node_id id = b.id;
     returning[id] = {c, h, std::move(b)};
     try_take_over(out, done);
+}
+
+PETREL_DECL void manager_node::state::refuse_key(const connection_ptr& c,
+                                                 const wire::message_header& h, node_id id,
+                                                 std::vector<outgoing>& out) {
+    const std::string why = "node " + std::to_string(id) +
+                            " registers again only with the key it was given when it joined";
+    const auto line = refused_requests.line(
+        "refused a registration from " + c->remote_address() + ": " + why, clock::now());
+    if (!line.empty()) {
+        report(log_level::warning, line);
+    }
+    out.push_back({c, refusal(h, errc::not_permitted, why)});
 }
 
 PETREL_DECL wire::message manager_node::state::return_reply(const wire::message_header& h,
@@ -187,7 +212,7 @@ manager_node::state::take_over(std::vector<outgoing>& out,
             absent.push_back(n.id);
             continue;
         }
-        members[n.id] = {it->second.conn, now};
+        members[n.id] = {it->second.conn, now, it->second.body.key};
         by_conn[it->second.conn.get()] = n.id;
         out.push_back({it->second.conn, return_reply(it->second.request, n.id, n.role)});
         ++back;

@@ -145,6 +145,11 @@ PETREL_DECL std::uint64_t member::server_secret() const {
     return state_->secret;
 }
 
+PETREL_DECL node_key member::key() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->key;
+}
+
 PETREL_DECL member::view_ptr member::view() const {
     std::lock_guard lock(state_->mutex);
     return state_->view;
@@ -324,6 +329,7 @@ PETREL_DECL void member::state::joined(std::error_code ec, wire::message&& m, do
         std::lock_guard lock(mutex);
         id = b->id;
         secret = b->secret;
+        key = b->key;
         if (!view || view->version < b->view->version) {
             view = std::make_shared<const membership_view>(std::move(*b->view));
         }

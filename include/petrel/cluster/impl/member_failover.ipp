@@ -109,6 +109,7 @@ PETREL_DECL void member::state::rejoin(std::size_t attempt) {
             b = join_body();
             b.id = id;
             b.secret = secret;
+            b.key = key;
             b.version = view ? view->version : 0;
             if (view) {
                 b.view = *view;
