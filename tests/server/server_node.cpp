@@ -625,6 +625,45 @@ TEMPLATE_TEST_CASE("server_node: one connection parks at most its share of reads
     other->close();
 }
 
+TEMPLATE_TEST_CASE("server_node: one worker holds at most its share of a table's held pushes; "
+                   "the others' are still held, and its share comes back with its clock",
+                   "[server][consistency][security]", over_tcp, over_inproc) {
+    // 4 workers and 1000 bytes: a worker's share is 500. Each push is 10 keys and 10
+    // values, 120 bytes.
+    fixture<TestType> f({}, {.node_id = server_id, .workers = 4, .max_held_bytes = 1000});
+    std::vector<std::uint64_t> keys(10);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    const std::vector<float> ones(10, 1.0f);
+    // A push of clock `clock`, held until every worker completed it.
+    auto held_push = [&](std::uint32_t worker, std::uint64_t clock = 0) {
+        auto m = push_of<std::uint64_t, float>(0, keys, ones);
+        m.header.flags |= wire::flag_ordered;
+        m.header.worker = worker;
+        m.header.clock = clock;
+        return f.call(std::move(m)).header.status;
+    };
+    const auto backlog_full = static_cast<std::uint32_t>(errc::backlog_full);
+    for (int i = 0; i < 4; ++i) {
+        REQUIRE(held_push(0) == 0);
+    }
+    CHECK(held_push(0) == backlog_full); // 600 of its 500
+    for (int i = 0; i < 4; ++i) {
+        CHECK(held_push(1) == 0); // the table holds 960 of 1000
+    }
+    CHECK(held_push(2) == backlog_full); // the table's budget
+    CHECK(f.pull(0, {0, 9}) == std::vector<float>{0, 0});
+    // Every worker completes clock 0: the held pushes are applied, and worker 0 may hold
+    // as many again.
+    for (std::uint32_t w = 0; w < 4; ++w) {
+        REQUIRE(f.call(tick_of(w, 1)).header.status == 0);
+    }
+    CHECK(f.pull(0, {0, 9}) == std::vector<float>{8, 8});
+    for (int i = 0; i < 4; ++i) {
+        CHECK(held_push(0, 1) == 0);
+    }
+    CHECK(held_push(0, 1) == backlog_full);
+}
+
 TEST_CASE("server_node: several connections share the tables", "[server]") {
     raw_client second; // before the fixture's io threads, which may run its handlers
     fixture<over_inproc> f;

@@ -39,6 +39,11 @@ struct server_options {
     /// Bytes of pushes a table may hold back for their clock (`sequential`) before it
     /// refuses more with `errc::backlog_full`.
     std::uint64_t max_held_bytes = std::uint64_t{1} << 30;
+    /// Of those, the pushes of one worker: beyond it that worker's pushes are refused
+    /// with `errc::backlog_full` while the others' are still held, so that one worker
+    /// running ahead (or misbehaving) cannot fill the table's budget and stall the rest.
+    /// 0: twice an even share, `2 * max_held_bytes / workers`.
+    std::uint64_t max_held_bytes_per_worker = 0;
     /// Pulls and calls a table may keep waiting for slower workers before it refuses more
     /// with `errc::backlog_full`.
     std::size_t max_parked = std::size_t{1} << 16;

@@ -292,6 +292,9 @@ struct server_node::state {
     /// The most clock entries a reply may carry: what fits the header limit peers
     /// enforce (each entry takes 28 bytes), at most `wire::max_clock_entries`.
     std::size_t max_entries() const noexcept;
+    /// The bytes of held pushes one worker may have in a table
+    /// (`server_options::max_held_bytes_per_worker`, or twice its even share).
+    std::uint64_t held_share() const noexcept;
 
     wire::message reply_to(const wire::message_header& h, wire::message_kind kind) const;
 

@@ -37,9 +37,9 @@ struct table_slot {
 
     std::unique_ptr<table_base> table;
     clock_gate<waiting_request> gate;
-    std::uint64_t held_bytes = 0;
-    bool mean = false;          // aggregation::mean for the pushes of a clock
-    std::uint32_t replicas = 7; // the table's replicas at most (table_spec::replicas)
+    std::uint64_t held_bytes = 0; // of the pushes held for their clock (`note_held`)
+    bool mean = false;            // aggregation::mean for the pushes of a clock
+    std::uint32_t replicas = 7;   // the table's replicas at most (table_spec::replicas)
     // No push of a clock >= this has been applied to the table (a checkpoint's
     // `clock_limit`); from a restored checkpoint, its limit.
     std::uint64_t applied_limit = 0;
@@ -126,6 +126,30 @@ struct table_slot {
 
     /// Parked reads by connection (every read in the gate is counted here).
     std::unordered_map<const connection*, std::size_t> parked_by;
+
+    /// The bytes of worker `w`'s pushes held for their clock (for the share of one
+    /// worker, `server_options::max_held_bytes_per_worker`).
+    [[nodiscard]] std::uint64_t held_of(std::uint32_t w) const {
+        const auto it = held_by.find(w);
+        return it == held_by.end() ? 0 : it->second;
+    }
+    /// `bytes` of worker `w`'s pushes are held for their clock, or leave the gate.
+    void note_held(std::uint32_t w, std::uint64_t bytes) {
+        held_bytes += bytes;
+        held_by[w] += bytes;
+    }
+    void note_released(std::uint32_t w, std::uint64_t bytes) {
+        held_bytes -= std::min(held_bytes, bytes);
+        if (const auto it = held_by.find(w); it != held_by.end()) {
+            it->second -= std::min(it->second, bytes);
+            if (it->second == 0) {
+                held_by.erase(it);
+            }
+        }
+    }
+
+    /// Held bytes by worker (every held push is counted here and in `held_bytes`).
+    std::map<std::uint32_t, std::uint64_t> held_by;
 };
 
 } // namespace petrel::detail

@@ -151,7 +151,7 @@ PETREL_DECL void server_node::state::trim_held(table_slot& s) {
                !primary_of(w.request, opts.node_id);
     });
     for (auto& w : moved) {
-        s.held_bytes -= bytes_of(w.request);
+        s.note_released(w.request.header.worker, bytes_of(w.request));
         wire::message part;
         try {
             part = detail::filtered(w.request, [&](std::uint64_t k) {
@@ -161,7 +161,7 @@ PETREL_DECL void server_node::state::trim_held(table_slot& s) {
         } catch (const std::bad_alloc&) {
             // Kept whole (its moved keys are applied here too, to rows nobody
             // reads, and resent by its workers to the new owner).
-            s.held_bytes += bytes_of(w.request);
+            s.note_held(w.request.header.worker, bytes_of(w.request));
             const auto h = w.request.header;
             s.gate.hold(h.worker, h.clock, range_of(h), std::move(w));
             continue;
@@ -169,7 +169,7 @@ PETREL_DECL void server_node::state::trim_held(table_slot& s) {
         if (part.header.key_count == 0) {
             continue;
         }
-        s.held_bytes += bytes_of(part);
+        s.note_held(part.header.worker, bytes_of(part));
         const auto h = part.header;
         s.gate.hold(h.worker, h.clock, range_of(h), waiting{nullptr, std::move(part)});
     }

@@ -729,6 +729,14 @@ PETREL_DECL void server_node::state::forget(const connection_ptr& c) {
     }
 }
 
+PETREL_DECL std::uint64_t server_node::state::held_share() const noexcept {
+    if (opts.max_held_bytes_per_worker != 0) {
+        return opts.max_held_bytes_per_worker;
+    }
+    const std::uint64_t workers = std::max<std::uint64_t>(opts.workers, 1);
+    return opts.max_held_bytes / workers * 2;
+}
+
 PETREL_DECL std::size_t server_node::state::max_entries() const noexcept {
     const std::uint64_t fit =
         limits.max_header_bytes > 512 ? (limits.max_header_bytes - 512) / 28 : 0;

@@ -42,8 +42,10 @@ PETREL_DECL void server_node::state::on_push(const connection_ptr& c, wire::mess
         ec = errc::invalid_argument; // variable-length rows: not supported by tables
     }
     table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec);
-    if (!ec && ordered && s->held_bytes + bytes_of(m) > opts.max_held_bytes) {
-        ec = errc::backlog_full;
+    if (!ec && ordered &&
+        (s->held_bytes + bytes_of(m) > opts.max_held_bytes ||
+         s->held_of(h.worker) + bytes_of(m) > held_share())) {
+        ec = errc::backlog_full; // the table's budget, or this worker's share of it
     }
     if (!ec && !transfer && duplicate(*s, h)) {
         // Applied (or held) here before: a push resent after a failure.
@@ -76,7 +78,7 @@ PETREL_DECL void server_node::state::on_push(const connection_ptr& c, wire::mess
     }
     applied.remember(h.update_id, primary_of_update(h));
     if (ordered) {
-        s->held_bytes += bytes_of(m);
+        s->note_held(h.worker, bytes_of(m));
         // Acknowledged now: the held push needs no connection any more.
         s->gate.hold(h.worker, h.clock, range_of(h), waiting{nullptr, std::move(m)});
         if (s->gate.completed(range_of(h)) > h.clock) {
@@ -416,7 +418,7 @@ PETREL_DECL void server_node::state::release(table_slot& s, outbox& out) {
     std::size_t first = 0; // the clock's first push
     for (std::size_t i = 0; i < r.pushes.size(); ++i) {
         const auto& m = r.pushes[i].request;
-        s.held_bytes -= bytes_of(m);
+        s.note_released(m.header.worker, bytes_of(m));
         if (i + 1 != r.pushes.size() && r.pushes[i + 1].request.header.clock == m.header.clock) {
             continue;
         }
