@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -133,6 +134,49 @@ TEST_CASE("key_cache: the receiver resolves only an exact match", "[wire][effici
         CHECK(small.find(2, key_list_digest(b.span()), scalar_type::u64, b.size()));
         CHECK(small.bytes() <= 1000);
     }
+}
+
+TEST_CASE("key_cache: receivers that share a budget keep their lists within it together",
+          "[wire][efficiency][security]") {
+    buffer_pool pool;
+    // Each list: 70 keys, 560 bytes + 128 of bookkeeping = 688. The budget holds two.
+    const std::uint64_t cost = 70 * 8 + key_cache_receiver::entry_overhead;
+    auto budget = std::make_shared<petrel::detail::byte_budget>(2 * cost + 100);
+    const auto a = keys_of(iota_keys(70, 0));
+    const auto b = keys_of(iota_keys(70, 100));
+    const auto c = keys_of(iota_keys(70, 200));
+    auto store = [&](key_cache_receiver& r, std::uint64_t id, const shared_bytes& k) {
+        r.store(id, key_list_digest(k.span()), scalar_type::u64, k.span(), pool);
+    };
+    auto holds = [](key_cache_receiver& r, std::uint64_t id, const shared_bytes& k) {
+        return r.find(id, key_list_digest(k.span()), scalar_type::u64, k.size()).has_value();
+    };
+    {
+        key_cache_receiver one(1 << 20);
+        key_cache_receiver two(1 << 20);
+        one.share_budget(budget);
+        two.share_budget(budget);
+        store(one, 1, a);
+        store(one, 2, b);
+        CHECK(budget->used() == 2 * cost);
+        // The other receiver's list does not fit, and it holds nothing to give up: not kept.
+        store(two, 1, c);
+        CHECK_FALSE(holds(two, 1, c));
+        CHECK(two.bytes() == 0);
+        // The first receiver makes room with its own oldest list.
+        store(one, 3, c);
+        CHECK_FALSE(holds(one, 1, a));
+        CHECK(holds(one, 2, b));
+        CHECK(holds(one, 3, c));
+        CHECK(budget->used() == 2 * cost);
+        SECTION("a list stored again under its number gives the old one's bytes back first") {
+            store(one, 2, a);
+            CHECK(holds(one, 2, a));
+            CHECK(budget->used() == 2 * cost);
+        }
+    }
+    // Receivers that go give their bytes back.
+    CHECK(budget->used() == 0);
 }
 
 TEST_CASE("key_cache: over a connection, a repeated list travels as a reference",

@@ -116,6 +116,12 @@ struct transport_options {
     /// its peer is not the slow one); a frame larger than this is refused with
     /// `errc::frame_too_large`. Zero: no budget.
     std::uint64_t max_receiving_bytes = std::uint64_t{2} << 30;
+    /// Bytes of the key lists a node's accepted connections keep for their peers, together
+    /// (each connection also keeps at most `limits.max_key_cache_bytes`): a list that does
+    /// not fit once that connection's older lists are gone is not kept, and its sender
+    /// sends the keys again when it refers to it. Zero: no budget beyond each
+    /// connection's.
+    std::uint64_t max_cached_key_bytes = std::uint64_t{1} << 30;
 };
 
 } // namespace petrel

@@ -81,7 +81,10 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             opts.pool = std::make_shared<buffer_pool>();
         }
         if (opts.max_receiving_bytes > 0) {
-            receive_budget = std::make_shared<byte_budget>(opts.max_receiving_bytes);
+            budgets.receiving = std::make_shared<byte_budget>(opts.max_receiving_bytes);
+        }
+        if (opts.max_cached_key_bytes > 0) {
+            budgets.key_lists = std::make_shared<byte_budget>(opts.max_cached_key_bytes);
         }
     }
 
@@ -109,7 +112,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         };
         auto conn = std::make_shared<tcp_connection>(std::move(socket), opts, std::move(h),
                                                      std::move(forget), accepted, peer,
-                                                     accepted ? receive_budget : nullptr);
+                                                     accepted ? budgets : shared_budgets{});
         {
             std::lock_guard lock(mutex);
             if (closed) {
@@ -407,8 +410,9 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     /// `max_handshakes` when a listener accepts).
     std::unordered_map<asio::ip::tcp::socket*, std::weak_ptr<asio::ip::tcp::socket>> handshakes;
     detail::log_throttle refusals;
-    // The payloads the accepted connections receive at once (`max_receiving_bytes`).
-    std::shared_ptr<byte_budget> receive_budget;
+    // What the accepted connections draw on together (`max_receiving_bytes`,
+    // `max_cached_key_bytes`).
+    shared_budgets budgets;
     /// Accepted connections holding a ticket, in all and by peer address.
     std::size_t accepted_count = 0;
     std::unordered_map<std::string, std::size_t> per_address;

@@ -55,6 +55,12 @@ public:
     /// got it.
     [[nodiscard]] bool waiting_for_budget() const noexcept { return waiting_; }
 
+    /// Draws the bytes of the key lists the peer asks to keep from `budget` as well,
+    /// shared with other decoders (see `key_cache_receiver::share_budget`).
+    void share_key_cache_budget(std::shared_ptr<petrel::detail::byte_budget> budget) noexcept {
+        key_cache_.share_budget(std::move(budget));
+    }
+
     /// Gives the share of the frame being received back now (its connection closed).
     void drop_budget_share() noexcept { share_.reset(); }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/detail/byte_budget.hpp>
 #include <petrel/core/detail/checksum.hpp>
 #include <petrel/wire/header.hpp>
 
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -43,11 +45,28 @@ struct key_list_entry {
 /// server answers with `errc::key_cache_miss` so that the sender sends the keys again.
 /// A reference never yields keys other than the ones the sender meant.
 ///
+/// With a budget shared by the receivers of a node (`share_budget`), the lists of all its
+/// connections together stay within it: a list that does not fit once this receiver's
+/// older lists are gone is not kept (its references miss, and the sender sends the keys
+/// again), and the bytes come back as lists are dropped or the receiver goes.
+///
 /// @par Thread Safety
 /// Not thread safe: used by its connection's read loop only.
 class key_cache_receiver {
 public:
     explicit key_cache_receiver(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+    key_cache_receiver(const key_cache_receiver&) = delete;
+    key_cache_receiver& operator=(const key_cache_receiver&) = delete;
+    ~key_cache_receiver() {
+        if (budget_) {
+            budget_->give_back(bytes_);
+        }
+    }
+
+    /// Draws the lists' bytes from `budget` as well (before any list is stored).
+    void share_budget(std::shared_ptr<petrel::detail::byte_budget> budget) noexcept {
+        budget_ = std::move(budget);
+    }
 
     /// The keys of list `id`, when it is held with this digest, key type and size.
     [[nodiscard]] std::optional<shared_bytes> find(std::uint64_t id, std::uint64_t digest,
@@ -73,7 +92,21 @@ public:
         while (bytes_ + cost(keys.size()) > max_bytes_ && !order_.empty()) {
             erase(order_.front());
         }
-        pooled_buffer copy = pool.acquire(keys.size());
+        while (budget_ && !budget_->try_take(cost(keys.size()))) {
+            if (order_.empty()) {
+                return; // the node's other connections hold the budget: not kept
+            }
+            erase(order_.front());
+        }
+        pooled_buffer copy;
+        try {
+            copy = pool.acquire(keys.size());
+        } catch (...) {
+            if (budget_) {
+                budget_->give_back(cost(keys.size()));
+            }
+            throw;
+        }
         std::memcpy(copy.data(), keys.data(), keys.size());
         order_.push_back(id);
         lists_.emplace(id,
@@ -97,6 +130,9 @@ private:
             return;
         }
         bytes_ -= cost(it->second.keys.size());
+        if (budget_) {
+            budget_->give_back(cost(it->second.keys.size()));
+        }
         order_.erase(it->second.place);
         lists_.erase(it);
     }
@@ -107,6 +143,7 @@ private:
 
     std::size_t max_bytes_;
     std::size_t bytes_ = 0;
+    std::shared_ptr<petrel::detail::byte_budget> budget_;
     std::unordered_map<std::uint64_t, entry> lists_;
     std::list<std::uint64_t> order_;
 };

@@ -34,6 +34,16 @@ public:
         return used_;
     }
 
+    /// Takes `n` bytes when they fit (true); otherwise takes nothing (false).
+    [[nodiscard]] bool try_take(std::uint64_t n) {
+        std::lock_guard lock(mutex_);
+        if (n <= limit_ - used_) {
+            used_ += n;
+            return true;
+        }
+        return false;
+    }
+
     /// Takes `n` bytes when they fit (true). Otherwise keeps `wake` for the next time
     /// bytes are given back (false). `n` above the limit never fits: check it first.
     [[nodiscard]] bool take_or_wait(std::uint64_t n, std::function<void()> wake) {

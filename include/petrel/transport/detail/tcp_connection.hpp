@@ -34,6 +34,14 @@
 
 namespace petrel::detail {
 
+/// What the accepted connections of a transport draw on together: the payloads being
+/// received (`transport_options::max_receiving_bytes`) and the key lists their peers
+/// asked them to keep (`max_cached_key_bytes`). Null: no such budget.
+struct shared_budgets {
+    std::shared_ptr<byte_budget> receiving;
+    std::shared_ptr<byte_budget> key_lists;
+};
+
 class tcp_connection final : public connection,
                              public std::enable_shared_from_this<tcp_connection> {
 public:
@@ -43,17 +51,19 @@ public:
     /// ends can never wait for each other.
     tcp_connection(asio::ip::tcp::socket socket, const transport_options& opts,
                    connection_handlers handlers, std::function<void(tcp_connection*)> on_gone,
-                   bool accepted, access peer = access::full,
-                   std::shared_ptr<byte_budget> receive_budget = {})
+                   bool accepted, access peer = access::full, shared_budgets budgets = {})
         : socket_(std::move(socket)), wake_(socket_.get_executor()),
           drained_(socket_.get_executor()), budget_freed_(socket_.get_executor()),
-          watchdog_(socket_.get_executor()), receive_budget_(std::move(receive_budget)),
+          watchdog_(socket_.get_executor()), receive_budget_(std::move(budgets.receiving)),
           frame_timeout_(opts.frame_timeout), min_receive_rate_(opts.min_receive_rate),
           idle_timeout_(accepted ? opts.idle_timeout : std::chrono::milliseconds{0}),
           max_queued_bytes_(accepted ? opts.max_send_queue_bytes
                                      : std::numeric_limits<std::size_t>::max()),
           decoder_(opts.limits, opts.pool), handlers_(std::move(handlers)), log_(opts.log),
           on_gone_(std::move(on_gone)), accepted_(accepted), peer_access_(peer) {
+        if (budgets.key_lists) {
+            decoder_.share_key_cache_budget(std::move(budgets.key_lists));
+        }
         std::error_code ec;
         socket_.set_option(asio::ip::tcp::no_delay(true), ec);
         socket_.non_blocking(true, ec);
