@@ -216,8 +216,6 @@ struct control_body {
     }
 };
 
-/// A control request (or, with `reply_to`, its reply) carrying `body`. A failed reply
-/// (`status` set) carries its body too, so that its text reaches the node's log.
 /// Whether a peer admitted with a reader's credential (`access::read_only`) may ask for
 /// `b`: a join as a new reader, heartbeats, and its own leave (a leave names no node: its
 /// connection does). Joins as a worker or a server, re-registration as a known node,
@@ -234,6 +232,8 @@ struct control_body {
     }
 }
 
+/// A control request (or, with `reply_to`, its reply) carrying `body`. A failed reply
+/// (`status` set) carries its body too, so that its text reaches the node's log.
 [[nodiscard]] inline wire::message make_control(const control_body& body,
                                                 const wire::message_header* reply_to = nullptr,
                                                 std::error_code status = {}) {
