@@ -32,6 +32,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -151,10 +152,18 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     // ---- messages -----------------------------------------------------------------------
 
     void on_message(const connection_ptr& c, wire::message&& m);
+    /// Under `mutex`: a control request from `c` that it may make.
+    void dispatch(const connection_ptr& c, const wire::message_header& h, control_body b,
+                  std::vector<outgoing>& out,
+                  std::vector<std::function<void(std::error_code)>>& done);
 
     void on_close(const connection_ptr& c);
 
     static wire::message refusal(const wire::message_header& request, errc e, std::string text);
+    /// Under `mutex`: answers `what` (a request a peer may not make) with
+    /// `errc::not_permitted` and `why`, and logs it (a line a second at most).
+    void refuse_logged(const connection_ptr& c, const wire::message_header& h,
+                       std::string_view what, const std::string& why, std::vector<outgoing>& out);
 
     // ---- joins and forming the job ------------------------------------------------------
 
@@ -310,10 +319,8 @@ struct manager_node::state : std::enable_shared_from_this<state> {
                    std::vector<std::function<void(std::error_code)>>& done);
 
     wire::message return_reply(const wire::message_header& h, node_id id, node_role role) const;
-    /// Refuses a registration of node `id` again that lacks its key (logged, a line a
-    /// second at most).
-    void refuse_key(const connection_ptr& c, const wire::message_header& h, node_id id,
-                    std::vector<outgoing>& out);
+    /// Why a registration of node `id` again without its key is refused.
+    static std::string key_needed(node_id id);
 
     /// Takes the job over once every live node of the newest view came back, or a
     /// heartbeat timeout after the first with a majority; gives up on those that came

@@ -177,66 +177,63 @@ PETREL_DECL void manager_node::state::on_message(const connection_ptr& c, wire::
         c->close();
         return;
     }
-    if (c->peer_access() == access::read_only && !detail::read_only_may_send(*body)) {
-        const std::string why =
-            "a reader's credential joins as a new reader, sends heartbeats and leaves; "
-            "nothing else";
-        std::string line;
-        {
-            std::lock_guard lock(mutex);
-            line = refused_requests.line(
-                "refused a control message from " + c->remote_address() + ": " + why, clock::now());
-        }
-        if (!line.empty()) {
-            say_now(log_level::warning, line);
-        }
-        c->send(refusal(m.header, errc::not_permitted, why));
-        return;
-    }
     std::vector<outgoing> out;
     std::vector<std::function<void(std::error_code)>> done;
     {
         std::lock_guard lock(mutex);
-        if (auto it = by_conn.find(c.get()); it != by_conn.end()) {
-            if (auto mem = members.find(it->second); mem != members.end()) {
-                mem->second.last_seen = clock::now();
-            }
-        }
-        switch (body->op) {
-        case control_op::join:
-            on_join(c, m.header, std::move(*body), out, done);
-            break;
-        case control_op::heartbeat:
-            on_heartbeat(c, m.header, out);
-            break;
-        case control_op::barrier:
-            on_barrier(c, m.header, body->barrier_group, out);
-            break;
-        case control_op::leave:
-            on_leave(c, m.header, body->text, out, done);
-            break;
-        case control_op::retire:
-            on_retire(c, m.header, out, done);
-            break;
-        case control_op::ready:
-            on_ready(c, m.header, body->version, out);
-            break;
-        case control_op::assign:
-            on_assign(c, m.header, std::move(body->data), out);
-            break;
-        case control_op::round:
-            on_round(c, m.header, std::move(body->blocks), out);
-            break;
-        case control_op::unreachable:
-            on_unreachable(c, m.header, body->id, body->text, out);
-            break;
-        case control_op::view:
-            out.push_back(
-                {c, refusal(m.header, errc::bad_message_kind, "nodes do not send views")});
-            break;
+        if (c->peer_access() == access::read_only && !detail::read_only_may_send(*body)) {
+            refuse_logged(c, m.header, "a control message",
+                          "a reader's credential joins as a new reader, sends heartbeats and "
+                          "leaves; nothing else",
+                          out);
+        } else {
+            dispatch(c, m.header, std::move(*body), out, done);
         }
     }
     flush(out, done);
+}
+
+PETREL_DECL void
+manager_node::state::dispatch(const connection_ptr& c, const wire::message_header& h,
+                              control_body b, std::vector<outgoing>& out,
+                              std::vector<std::function<void(std::error_code)>>& done) {
+    if (auto it = by_conn.find(c.get()); it != by_conn.end()) {
+        if (auto mem = members.find(it->second); mem != members.end()) {
+            mem->second.last_seen = clock::now();
+        }
+    }
+    switch (b.op) {
+    case control_op::join:
+        on_join(c, h, std::move(b), out, done);
+        break;
+    case control_op::heartbeat:
+        on_heartbeat(c, h, out);
+        break;
+    case control_op::barrier:
+        on_barrier(c, h, b.barrier_group, out);
+        break;
+    case control_op::leave:
+        on_leave(c, h, b.text, out, done);
+        break;
+    case control_op::retire:
+        on_retire(c, h, out, done);
+        break;
+    case control_op::ready:
+        on_ready(c, h, b.version, out);
+        break;
+    case control_op::assign:
+        on_assign(c, h, std::move(b.data), out);
+        break;
+    case control_op::round:
+        on_round(c, h, std::move(b.blocks), out);
+        break;
+    case control_op::unreachable:
+        on_unreachable(c, h, b.id, b.text, out);
+        break;
+    case control_op::view:
+        out.push_back({c, refusal(h, errc::bad_message_kind, "nodes do not send views")});
+        break;
+    }
 }
 
 PETREL_DECL void manager_node::state::on_close(const connection_ptr& c) {

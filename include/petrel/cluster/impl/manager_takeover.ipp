@@ -1,5 +1,5 @@
 // Petrel: a manager taking a running job over from its lost manager: the nodes that register
-// again with their views, and the view it takes.
+// again with their views and keys, the view it takes, and the refusals it logs.
 #ifndef PETREL_CLUSTER_IMPL_MANAGER_TAKEOVER_IPP
 #define PETREL_CLUSTER_IMPL_MANAGER_TAKEOVER_IPP
 
@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace petrel {
@@ -51,7 +52,7 @@ manager_node::state::on_return(const connection_ptr& c, const wire::message_head
         auto& mem = members[b.id];
         if (!same_key(b.key, mem.key)) {
             // Another holder of the job's secret: it may not take the node's place.
-            refuse_key(c, h, b.id, out);
+            refuse_logged(c, h, "a registration", key_needed(b.id), out);
             return;
         }
         // What it waited for on its old connection it asks for again on this one.
@@ -92,7 +93,7 @@ manager_node::state::on_return(const connection_ptr& c, const wire::message_head
     // node's, and a registration with another is refused.
     if (auto it = returning.find(b.id);
         b.key == node_key{} || (it != returning.end() && !same_key(b.key, it->second.body.key))) {
-        refuse_key(c, h, b.id, out);
+        refuse_logged(c, h, "a registration", key_needed(b.id), out);
         return;
     }
     if (b.role == node_role::server) {
@@ -119,17 +120,21 @@ manager_node::state::on_return(const connection_ptr& c, const wire::message_head
     try_take_over(out, done);
 }
 
-PETREL_DECL void manager_node::state::refuse_key(const connection_ptr& c,
-                                                 const wire::message_header& h, node_id id,
-                                                 std::vector<outgoing>& out) {
-    const std::string why = "node " + std::to_string(id) +
-                            " registers again only with the key it was given when it joined";
+PETREL_DECL void manager_node::state::refuse_logged(const connection_ptr& c,
+                                                    const wire::message_header& h,
+                                                    std::string_view what, const std::string& why,
+                                                    std::vector<outgoing>& out) {
     const auto line = refused_requests.line(
-        "refused a registration from " + c->remote_address() + ": " + why, clock::now());
+        "refused " + std::string(what) + " from " + c->remote_address() + ": " + why, clock::now());
     if (!line.empty()) {
         report(log_level::warning, line);
     }
     out.push_back({c, refusal(h, errc::not_permitted, why)});
+}
+
+PETREL_DECL std::string manager_node::state::key_needed(node_id id) {
+    return "node " + std::to_string(id) +
+           " registers again only with the key it was given when it joined";
 }
 
 PETREL_DECL wire::message manager_node::state::return_reply(const wire::message_header& h,
