@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petrel/wire/frame_decoder.hpp>
+#include <petrel/wire/key_cache.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -118,6 +119,26 @@ inline wire::message numbered_push(std::size_t n, std::uint32_t width) {
     m.header.range_begin = 0;
     m.header.range_end = 2 * n + 1;
     m.set_segment(wire::keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    m.set_segment(wire::values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
+    return m;
+}
+
+/// A push of `keys` (u64, ascending) with one float each, sent with key caching as `d`
+/// says: the keys and a request to keep them as list `d.id`, or only a reference to it.
+inline wire::message cached_push(const std::vector<std::uint64_t>& keys,
+                                 wire::key_cache_sender::decision d) {
+    std::vector<float> values(keys.size(), 1.0f);
+    wire::message m;
+    m.header.kind = wire::message_kind::push;
+    m.header.key_count = keys.size();
+    m.header.range_begin = keys.front();
+    m.header.range_end = keys.back() + 1;
+    m.header.key_list_id = d.id;
+    m.header.key_list_digest = d.digest;
+    m.header.encoding = d.known ? wire::encoding_keys_cached : wire::encoding_keys_store;
+    if (!d.known) {
+        m.set_segment(wire::keys_segment, shared_bytes::copy_of(std::as_bytes(std::span(keys))));
+    }
     m.set_segment(wire::values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
     return m;
 }

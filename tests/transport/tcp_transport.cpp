@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -952,6 +953,88 @@ TEST_CASE("tcp_transport: accepted connections share one budget for the payloads
     }
     std::error_code ignored;
     a.close(ignored);
+    b.close(ignored);
+    server.close();
+}
+
+TEST_CASE("tcp_transport: accepted connections keep their peers' key lists within one budget "
+          "together; a list that does not fit is not kept and its reference arrives unresolved",
+          "[transport][tcp][security]") {
+    using petrel::wire::key_cache_receiver;
+    using petrel::wire::key_list_digest;
+    // Room for one list of 70 keys (560 bytes and the receiver's bookkeeping).
+    const std::uint64_t cost = 70 * 8 + key_cache_receiver::entry_overhead;
+    std::vector<std::uint64_t> keys(70);
+    std::iota(keys.begin(), keys.end(), std::uint64_t{0});
+    const auto digest = key_list_digest(std::as_bytes(std::span(keys)));
+    const auto store = petrel::test::frame_of(petrel::test::cached_push(keys, {1, digest, false}));
+    const auto refer = petrel::test::frame_of(petrel::test::cached_push(keys, {1, digest, true}));
+
+    std::mutex mutex;
+    std::vector<std::pair<int, bool>> got; // (peer, keys resolved), in the order received
+    std::map<petrel::connection*, int> peers;
+    std::size_t closes = 0;
+    io_threads io{1};
+    petrel::tcp_transport server(io.executor(), {.max_cached_key_bytes = cost + 100});
+    petrel::connection_handlers h;
+    h.on_message = [&](const petrel::connection_ptr& c, petrel::wire::message&& m) {
+        std::lock_guard lock(mutex);
+        const int peer = peers.try_emplace(c.get(), static_cast<int>(peers.size())).first->second;
+        got.emplace_back(peer, (m.header.encoding & petrel::wire::encoding_keys_cached) == 0 &&
+                                   m.header.key_count == m.keys().size() / 8);
+    };
+    h.on_close = [&](const petrel::connection_ptr&, std::error_code) {
+        std::lock_guard lock(mutex);
+        ++closes;
+    };
+    const auto address = server.listen("127.0.0.1:0", std::move(h));
+    const asio::ip::tcp::endpoint to{
+        asio::ip::make_address("127.0.0.1"),
+        static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))};
+    auto wait_until = [&](auto done) {
+        const auto until = std::chrono::steady_clock::now() + 5s;
+        while (std::chrono::steady_clock::now() < until) {
+            {
+                std::lock_guard lock(mutex);
+                if (done()) {
+                    return true;
+                }
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+        return false;
+    };
+    asio::io_context raw;
+    asio::ip::tcp::socket a(raw);
+    asio::ip::tcp::socket b(raw);
+    a.connect(to);
+    b.connect(to);
+
+    // A's list takes the budget; its reference resolves.
+    asio::write(a, asio::buffer(store));
+    asio::write(a, asio::buffer(refer));
+    REQUIRE(wait_until([&] { return got.size() == 2; }));
+    // B's list does not fit: B holds nothing of its own to give up, so it is not kept.
+    asio::write(b, asio::buffer(store));
+    asio::write(b, asio::buffer(refer));
+    REQUIRE(wait_until([&] { return got.size() == 4; }));
+    {
+        std::lock_guard lock(mutex);
+        CHECK(got ==
+              std::vector<std::pair<int, bool>>{{0, true}, {0, true}, {1, true}, {1, false}});
+    }
+    // A goes: its list's bytes come back, and B's next list is kept.
+    std::error_code ignored;
+    a.close(ignored);
+    REQUIRE(wait_until([&] { return closes == 1; }));
+    asio::write(b, asio::buffer(store));
+    asio::write(b, asio::buffer(refer));
+    REQUIRE(wait_until([&] { return got.size() == 6; }));
+    {
+        std::lock_guard lock(mutex);
+        CHECK(got[4] == std::pair<int, bool>{1, true});
+        CHECK(got[5] == std::pair<int, bool>{1, true});
+    }
     b.close(ignored);
     server.close();
 }

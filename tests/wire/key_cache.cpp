@@ -28,20 +28,7 @@ std::vector<std::uint64_t> iota_keys(std::size_t n, std::uint64_t first = 0) {
 
 /// A push of `keys` with one float each, sent with key caching as `d` says.
 message push_of(const std::vector<std::uint64_t>& keys, key_cache_sender::decision d) {
-    std::vector<float> values(keys.size(), 1.0f);
-    message m;
-    m.header.kind = message_kind::push;
-    m.header.key_count = keys.size();
-    m.header.range_begin = keys.front();
-    m.header.range_end = keys.back() + 1;
-    m.header.key_list_id = d.id;
-    m.header.key_list_digest = d.digest;
-    m.header.encoding = d.known ? encoding_keys_cached : encoding_keys_store;
-    if (!d.known) {
-        m.set_segment(keys_segment, keys_of(keys));
-    }
-    m.set_segment(values_segment, shared_bytes::copy_of(std::as_bytes(std::span(values))));
-    return m;
+    return petrel::test::cached_push(keys, d);
 }
 
 /// Feeds frames through one decoder (one connection), collecting messages.
