@@ -625,6 +625,56 @@ TEMPLATE_TEST_CASE("server_node: one connection parks at most its share of reads
     other->close();
 }
 
+TEMPLATE_TEST_CASE("server_node: one connection creates at most its share of the tables; "
+                   "others still create theirs, and tables it created stay when it closes",
+                   "[server][security]", over_tcp, over_inproc) {
+    raw_client second; // before the fixture's io threads, which may run their handlers
+    raw_client third;
+    fixture<TestType> f({},
+                        {.node_id = server_id, .max_tables = 5, .max_tables_per_connection = 2});
+    auto other = f.connect(second);
+    auto send = [&](raw_client& client, const petrel::connection_ptr& conn, wire::message m,
+                    std::uint64_t id) {
+        m.header.request_id = id;
+        auto reply = client.expect(id);
+        conn->send(std::move(m));
+        REQUIRE(reply.wait_for(timeout) == std::future_status::ready);
+        return reply.get().header.status;
+    };
+    constexpr auto refused = static_cast<std::uint32_t>(errc::too_many_tables);
+    // The first connection creates tables 1 (a push) and 2 (a pull); a third is refused,
+    // whether a push, a pull or a clock names it, and nothing of it is created.
+    REQUIRE(f.call(push_of<std::uint64_t, float>(1, {1}, {1})).header.status == 0);
+    REQUIRE(f.call(pull_of<std::uint64_t, float>(2, {1})).header.status == 0);
+    CHECK(f.call(push_of<std::uint64_t, float>(3, {1}, {1})).header.status == refused);
+    CHECK(f.call(pull_of<std::uint64_t, float>(3, {1})).header.status == refused);
+    auto tick = tick_of(0, 0);
+    tick.header.table_id = 3;
+    CHECK(f.call(tick).header.status == refused);
+    CHECK(f.server.key_count(3) == 0);
+    // Tables it holds already are not counted again.
+    REQUIRE(f.call(push_of<std::uint64_t, float>(2, {4}, {4})).header.status == 0);
+    REQUIRE(f.call(push_of<std::uint64_t, float>(1, {2}, {2})).header.status == 0);
+    // The other connection creates two of its own and uses the first one's tables.
+    CHECK(send(second, other, push_of<std::uint64_t, float>(3, {1}, {3}), 1001) == 0);
+    CHECK(send(second, other, push_of<std::uint64_t, float>(4, {1}, {4}), 1002) == 0);
+    CHECK(send(second, other, push_of<std::uint64_t, float>(1, {1}, {1}), 1003) == 0);
+    CHECK(send(second, other, push_of<std::uint64_t, float>(6, {1}, {6}), 1004) == refused);
+    // The first connection closes: its tables and their rows stay; a new connection of its
+    // peer creates table 5, the last the server holds, and then the server is full.
+    f.conn->close();
+    REQUIRE(f.client.closed.get_future().wait_for(timeout) == std::future_status::ready);
+    auto again = f.connect(third);
+    CHECK(send(third, again, pull_of<std::uint64_t, float>(1, {1, 2}), 2001) == 0);
+    CHECK(send(third, again, push_of<std::uint64_t, float>(5, {1}, {5}), 2002) == 0);
+    CHECK(send(third, again, push_of<std::uint64_t, float>(7, {1}, {7}), 2003) == refused);
+    CHECK(f.server.key_count(1) == 2);
+    CHECK(f.server.key_count(2) == 1);
+    CHECK(f.server.key_count(5) == 1);
+    other->close();
+    again->close();
+}
+
 TEMPLATE_TEST_CASE("server_node: one worker holds at most its share of a table's held pushes; "
                    "the others' are still held, and its share comes back with its clock",
                    "[server][consistency][security]", over_tcp, over_inproc) {

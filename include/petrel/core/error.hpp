@@ -156,7 +156,8 @@ public:
                    "server_options::workers and kv_store_options::worker)";
         case errc::too_many_tables:
             return "the server already holds as many tables as server_options::max_tables "
-                   "allows";
+                   "allows, or this connection created as many as "
+                   "server_options::max_tables_per_connection allows";
         case errc::unknown_function:
             return "no remote function of that name is registered on the server: register it "
                    "in the function_registry of every process";

@@ -53,6 +53,11 @@ struct server_options {
     std::size_t max_parked_per_connection = std::size_t{1} << 12;
     /// Tables (table ids) a server holds at most.
     std::size_t max_tables = 4096;
+    /// Of those, the tables the requests of one connection create (by naming a table the
+    /// server does not hold yet): beyond it they are refused with
+    /// `errc::too_many_tables`, so that one peer cannot use up the table ids of the job.
+    /// 0: as many as `max_tables`.
+    std::size_t max_tables_per_connection = 1024;
     /// The remote functions workers may call (see `kv_store::call`); none when null.
     std::shared_ptr<const function_registry> functions{};
     /// The declared tables (storage, initial values, update rules); tables not declared

@@ -50,6 +50,35 @@ TEST_CASE("table_set: no more tables than its limit", "[server]") {
     CHECK_FALSE(ec);
 }
 
+TEST_CASE("table_set: a connection creates at most its share of the tables; the server's own "
+          "are not counted, and a connection forgotten starts afresh",
+          "[server][security]") {
+    table_set tables(1, 6, nullptr, 2);
+    const auto* a = reinterpret_cast<const petrel::connection*>(std::uintptr_t{0x1000});
+    const auto* b = reinterpret_cast<const petrel::connection*>(std::uintptr_t{0x2000});
+    std::error_code ec;
+    CHECK(tables.slot(1, ec, a));
+    CHECK(tables.slot(2, ec, a));
+    CHECK(tables.created_by(a) == 2);
+    CHECK_FALSE(tables.slot(3, ec, a));
+    CHECK(ec == petrel::errc::too_many_tables);
+    ec.clear();
+    CHECK(tables.slot(2, ec, a)); // one it holds is still found, and not counted again
+    CHECK(tables.slot(2, ec, b));
+    CHECK(tables.created_by(a) == 2);
+    CHECK(tables.created_by(b) == 0);
+    CHECK(tables.slot(3, ec, b));
+    CHECK(tables.slot(4, ec)); // the server's own: not a connection's
+    CHECK_FALSE(ec);
+    tables.forget(a);
+    CHECK(tables.created_by(a) == 0);
+    CHECK(tables.slot(5, ec, a));
+    CHECK(tables.slot(6, ec, a));
+    CHECK_FALSE(tables.slot(7, ec, b)); // the whole limit
+    CHECK(ec == petrel::errc::too_many_tables);
+    CHECK(tables.size() == 6);
+}
+
 TEST_CASE("table_set: workers that join or leave do so in every table, also the ones made later",
           "[server]") {
     table_set tables(2, 8, nullptr);

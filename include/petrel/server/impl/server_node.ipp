@@ -14,8 +14,8 @@ PETREL_DECL server_node::server_node(any_transport transport, server_options opt
     state_->executor = transport_.get_executor();
     state_->log = transport_.options().log;
     state_->limits = transport_.options().limits;
-    state_->tables =
-        detail::table_set(state_->opts.workers, state_->opts.max_tables, state_->opts.tables);
+    state_->tables = detail::table_set(state_->opts.workers, state_->opts.max_tables,
+                                       state_->opts.tables, state_->opts.max_tables_per_connection);
     state_->replication =
         detail::replicator(state_->executor, state_->log, state_->opts.replication_timeout);
     if (!state_->opts.checkpoints) {
@@ -727,6 +727,7 @@ PETREL_DECL void server_node::state::forget(const connection_ptr& c) {
         slot.parked_by.erase(c.get());
         std::erase_if(slot.resync_held, [&](const waiting& w) { return w.conn == c; });
     }
+    tables.forget(c.get());
 }
 
 PETREL_DECL std::uint64_t server_node::state::held_share() const noexcept {

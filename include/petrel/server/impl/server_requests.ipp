@@ -41,7 +41,7 @@ PETREL_DECL void server_node::state::on_push(const connection_ptr& c, wire::mess
     if (!ec && !m.lengths().empty()) {
         ec = errc::invalid_argument; // variable-length rows: not supported by tables
     }
-    table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec);
+    table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec, replica ? nullptr : c.get());
     if (!ec && ordered &&
         (s->held_bytes + bytes_of(m) > opts.max_held_bytes ||
          s->held_of(h.worker) + bytes_of(m) > held_share())) {
@@ -236,7 +236,7 @@ PETREL_DECL void server_node::state::on_read(const connection_ptr& c, wire::mess
         // could miss keys or hold some twice.
         ec = errc::stale_view;
     }
-    table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec);
+    table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec, c.get());
     const bool resyncing = s && h.kind == wire::message_kind::pull && s->resync_holds(h.clock);
     if (!ec && (resyncing || !s->gate.readable(range_of(h), h.clock)) &&
         (s->gate.parked() + s->resync_held.size() >= opts.max_parked ||
@@ -299,7 +299,7 @@ PETREL_DECL void server_node::state::on_clock(const connection_ptr& c, const wir
     if (!ec && finish && (h.flags & wire::flag_all_tables) != 0) {
         depart(h.worker, nullptr, out);
     } else if (!ec) {
-        if (table_slot* s = tables.slot(h.table_id, ec)) {
+        if (table_slot* s = tables.slot(h.table_id, ec, c.get())) {
             const bool splits = range_of(h) != clock_gate<waiting>::all();
             if (finish) {
                 depart(h.worker, s, out);
