@@ -32,11 +32,13 @@ namespace {
 struct job {
     explicit job(std::uint32_t servers, std::uint32_t workers,
                  std::chrono::milliseconds heartbeat_timeout = 2000ms,
-                 std::chrono::milliseconds startup_timeout = 10000ms, std::uint32_t max_servers = 0)
+                 std::chrono::milliseconds startup_timeout = 10000ms, std::uint32_t max_servers = 0,
+                 std::uint32_t max_workers = 0)
         : manager(petrel::tcp_transport(io.executor(), quiet()),
                   {.job_id = "job-a",
                    .servers = servers,
                    .workers = workers,
+                   .max_workers = max_workers,
                    .max_servers = max_servers,
                    .ring = {.partitions = 64},
                    .heartbeat_timeout = heartbeat_timeout,
@@ -381,6 +383,39 @@ petrel::wire::message worker_return(petrel::node_id id, std::uint32_t rank,
     return petrel::detail::make_control(b);
 }
 
+/// Waits until `ev` holds a control reply to request `id` (at most `within`); its status,
+/// or none.
+std::optional<std::uint32_t> reply_to(petrel::test::events& ev, std::uint64_t id,
+                                      std::chrono::milliseconds within = petrel::test::timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    for (;;) {
+        {
+            std::lock_guard lock(ev.mutex);
+            for (const auto& m : ev.messages) {
+                if (m.header.kind == petrel::wire::message_kind::control_reply &&
+                    m.header.request_id == id) {
+                    return m.header.status;
+                }
+            }
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+            return std::nullopt;
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+}
+
+/// Barrier `seq` of group `g`, as request `id`.
+petrel::wire::message numbered_barrier(petrel::group g, std::uint64_t seq, std::uint64_t id) {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::barrier;
+    b.barrier_group = g;
+    b.barrier_seq = seq;
+    auto m = petrel::detail::make_control(b);
+    m.header.request_id = id;
+    return m;
+}
+
 /// Waits until `ev` holds `n` messages; returns the status of the last.
 std::uint32_t status_of_message(petrel::test::events& ev, std::size_t n) {
     const auto deadline = std::chrono::steady_clock::now() + petrel::test::timeout;
@@ -531,6 +566,131 @@ TEST_CASE("manager_node: a manager that loses its job takes over the running job
     }
     CHECK_FALSE(code_of(finished)); // the failed server's keys lived on
     next->close();
+}
+
+TEST_CASE("manager_node: a manager that took a job over releases a node whose barrier release "
+          "was lost, and never counts a node's next barrier in the one before",
+          "[cluster][manager][fault]") {
+    petrel::test::events ev_server; // outlive the io threads of the job
+    petrel::test::events ev_first;
+    petrel::test::events ev_second;
+    job j(1, 2);
+    auto [s, w0, w1] = j.server_and_two_workers();
+    const auto v = *w0->view();
+    petrel::manager_node next(petrel::tcp_transport(j.io.executor(), j.quiet()),
+                              {.job_id = "job-a",
+                               .servers = 1,
+                               .workers = 2,
+                               .ring = {.partitions = 64},
+                               .heartbeat_timeout = 2000ms,
+                               .take_over = true});
+    const auto at = next.listen("127.0.0.1:0");
+    auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
+    auto connect = [&](petrel::test::events& ev) {
+        std::promise<petrel::connection_ptr> connected;
+        t.async_connect(at, ev.handlers(),
+                        [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
+        auto c = connected.get_future().get();
+        REQUIRE(c);
+        return c;
+    };
+    // Every node of the view comes back: the standby takes the job over at once.
+    auto server = connect(ev_server);
+    auto first = connect(ev_first);
+    auto second = connect(ev_second);
+    {
+        petrel::detail::control_body b;
+        b.op = petrel::detail::control_op::join;
+        b.job_id = "job-a";
+        b.role = petrel::node_role::server;
+        b.id = 1;
+        b.address = v.find(1)->address;
+        b.secret = s->server_secret();
+        b.key = s->key();
+        b.version = v.version;
+        b.view = v;
+        auto m = petrel::detail::make_control(b);
+        m.header.request_id = 1;
+        server->send(std::move(m));
+    }
+    auto back = [](petrel::wire::message m) {
+        m.header.request_id = 1;
+        return m;
+    };
+    first->send(back(worker_return(2, 1, v, w0->key())));
+    second->send(back(worker_return(3, 2, v, w1->key())));
+    REQUIRE(reply_to(ev_server, 1) == 0u);
+    REQUIRE(reply_to(ev_first, 1) == 0u);
+    REQUIRE(reply_to(ev_second, 1) == 0u);
+    REQUIRE(next.view());
+
+    // The old manager released the workers' barrier 3, but the first worker's release was
+    // lost with it: that worker asks for barrier 3 again, and waits, until the second
+    // worker asks for barrier 4, which it could only do once barrier 3 was released.
+    first->send(numbered_barrier(petrel::group::workers, 3, 10));
+    CHECK_FALSE(reply_to(ev_first, 10, 300ms));
+    second->send(numbered_barrier(petrel::group::workers, 4, 20));
+    CHECK(reply_to(ev_first, 10) == 0u);
+    // The second worker waits at barrier 4 for the first, not with the first's barrier 3.
+    CHECK_FALSE(reply_to(ev_second, 20, 300ms));
+    first->send(numbered_barrier(petrel::group::workers, 4, 11));
+    CHECK(reply_to(ev_first, 11) == 0u);
+    CHECK(reply_to(ev_second, 20) == 0u);
+    // Learnt: a barrier the group passed is released at once; one beyond the next is
+    // refused rather than counted.
+    first->send(numbered_barrier(petrel::group::workers, 2, 12));
+    CHECK(reply_to(ev_first, 12) == 0u);
+    second->send(numbered_barrier(petrel::group::workers, 9, 21));
+    CHECK(reply_to(ev_second, 21) == static_cast<std::uint32_t>(petrel::errc::invalid_argument));
+    // Each group counts its own: the first barrier of `all` the nodes ask for here.
+    first->send(numbered_barrier(petrel::group::all, 1, 13));
+    second->send(numbered_barrier(petrel::group::all, 1, 22));
+    CHECK_FALSE(reply_to(ev_first, 13, 200ms));
+    server->send(numbered_barrier(petrel::group::all, 1, 30));
+    CHECK(reply_to(ev_first, 13) == 0u);
+    CHECK(reply_to(ev_second, 22) == 0u);
+    CHECK(reply_to(ev_server, 30) == 0u);
+    server->close();
+    first->close();
+    second->close();
+    next.close();
+}
+
+TEST_CASE("manager_node: members number their barriers; a worker that joins a running job "
+          "numbers on from the barriers its groups passed",
+          "[cluster][manager]") {
+    petrel::test::events ev; // outlives the io threads of the job
+    job j(1, 2, 2000ms, 10000ms, 0, 4);
+    auto [s, w0, w1] = j.server_and_two_workers();
+    for (int round = 0; round < 2; ++round) {
+        auto b0 = w0->async_barrier(petrel::group::workers, asio::use_future);
+        auto b1 = w1->async_barrier(petrel::group::workers, asio::use_future);
+        CHECK_FALSE(code_of(b0));
+        CHECK_FALSE(code_of(b1));
+    }
+    // A worker joins the running job: its first barrier is the group's third.
+    auto late = j.make(petrel::node_role::worker, 3);
+    auto joined = late->async_join(asio::use_future);
+    REQUIRE_FALSE(code_of(joined));
+    auto b0 = w0->async_barrier(petrel::group::workers, asio::use_future);
+    auto b1 = w1->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK(b0.wait_for(100ms) == std::future_status::timeout);
+    auto b2 = late->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK_FALSE(code_of(b0));
+    CHECK_FALSE(code_of(b1));
+    CHECK_FALSE(code_of(b2));
+    // At the job's own manager, a number beyond the next barrier is refused, not counted.
+    auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
+    auto conn = j.connect(t, ev);
+    auto join = worker_join(4);
+    join.header.request_id = 1;
+    conn->send(std::move(join));
+    REQUIRE(reply_to(ev, 1) == 0u);
+    conn->send(numbered_barrier(petrel::group::workers, 5, 2));
+    CHECK(reply_to(ev, 2) == static_cast<std::uint32_t>(petrel::errc::invalid_argument));
+    conn->send(numbered_barrier(petrel::group::workers, 3, 3)); // passed: released at once
+    CHECK(reply_to(ev, 3) == 0u);
+    conn->close();
 }
 
 TEST_CASE("manager_node: nodes that do not come back to a manager that takes over fail; "

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -133,30 +134,47 @@ TEST_CASE("view: a control body carries its class version; a newer one's appende
     CHECK_FALSE(read(older).has_value());
 }
 
-TEST_CASE("view: a control body of version 2 carries the node's key; one of version 1 is read "
-          "without it",
+TEST_CASE("view: a control body of version 3 carries the node's key and barrier numbers; one "
+          "of version 2 is read without the numbers, one of version 1 without the key too",
           "[cluster][view][security]") {
     petrel::detail::control_body b;
     b.op = petrel::detail::control_op::join;
     b.id = 4;
     b.text = "hello";
     b.key = {0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+    b.barrier_seq = 7;
+    b.passed_barriers = {1, 2, 3};
     const auto m = petrel::detail::make_control(b);
     const auto got = petrel::detail::read_control(m);
     REQUIRE(got.has_value());
+    CHECK(got->read_version == 3);
     CHECK(got->key == b.key);
-    // Version 1 wrote everything but the key.
+    CHECK(got->barrier_seq == 7);
+    CHECK(got->passed_barriers == b.passed_barriers);
+    // Version 2 wrote everything but the four barrier numbers; version 1 not the key
+    // either.
     const auto bytes = m.values().span();
-    REQUIRE(bytes.size() > 16);
-    std::vector<std::byte> v1(bytes.begin(), bytes.end() - 16);
-    const std::uint32_t one = 1;
-    std::memcpy(v1.data(), &one, sizeof one);
-    const auto old = read_with_body(m, v1);
-    REQUIRE(old.has_value());
-    CHECK(old->read_version == 1);
-    CHECK(old->id == 4);
-    CHECK(old->text == "hello");
-    CHECK(old->key == petrel::node_key{});
+    REQUIRE(bytes.size() > 48);
+    auto older = [&](std::uint32_t version, std::size_t without) {
+        std::vector<std::byte> body(bytes.begin(),
+                                    bytes.end() - static_cast<std::ptrdiff_t>(without));
+        std::memcpy(body.data(), &version, sizeof version);
+        return read_with_body(m, body);
+    };
+    const auto v2 = older(2, 32);
+    REQUIRE(v2.has_value());
+    CHECK(v2->read_version == 2);
+    CHECK(v2->key == b.key);
+    CHECK(v2->barrier_seq == 0);
+    CHECK(v2->passed_barriers == std::array<std::uint64_t, 3>{});
+    const auto v1 = older(1, 48);
+    REQUIRE(v1.has_value());
+    CHECK(v1->read_version == 1);
+    CHECK(v1->id == 4);
+    CHECK(v1->text == "hello");
+    CHECK(v1->key == petrel::node_key{});
+    // A body of version 3 cut to version 2's length is refused.
+    CHECK_FALSE(older(3, 32).has_value());
 }
 
 TEST_CASE("view: corrupt control bodies are refused, never over-allocated",
@@ -217,9 +235,9 @@ TEST_CASE("view: corrupt control bodies are refused, never over-allocated",
     CHECK(with(policy).has_value());
     // So is any other flag byte other than 0 or 1: whether a view follows (after the
     // fixed fields and four empty texts, 4 bytes each) and whether declarations do (the
-    // byte before the 16 of the node's key).
+    // byte before the 16 of the node's key and the 32 of the barrier numbers).
     constexpr std::size_t has_view = 4 + 31 + 4 * 4;
-    const std::size_t has_declared = copy.size() - 1 - sizeof(petrel::node_key);
+    const std::size_t has_declared = copy.size() - 1 - sizeof(petrel::node_key) - 32;
     REQUIRE(copy[has_view] == std::byte{1});
     REQUIRE(copy[has_declared] == std::byte{0});
     for (const auto flag : {has_view, has_declared}) {

@@ -69,7 +69,8 @@ struct manager_options {
     /// the others are declared failed, as on a missed heartbeat. Without a majority
     /// within four heartbeat timeouts it sends them away: the job's manager may still be
     /// alive. Block schedules start again from their first round; barriers, data sets and
-    /// joins are asked for again by the nodes.
+    /// joins are asked for again by the nodes, barriers with their numbers, from which it
+    /// learns which barriers the lost manager released.
     bool take_over = false;
     /// Readers attached at once (those waiting for the job to form included); one more
     /// is refused with `errc::job_full`, so that attaching cannot grow the view, and the

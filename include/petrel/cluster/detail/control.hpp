@@ -14,6 +14,7 @@
 #include <cereal/archives/binary.hpp>
 #include <cereal/cereal.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -128,9 +129,9 @@ void load_declarations(Archive& ar, declarations& d) {
 
 /// The version of the encoding of `control_body` (its Cereal class version, written
 /// before its fields). A newer version only appends fields: a reader of an older one
-/// reads the fields it knows and leaves the rest unread. Version 2 appended `key`; a
-/// body of version 1 is read without one.
-inline constexpr std::uint32_t control_body_version = 2;
+/// reads the fields it knows and leaves the rest unread. Version 2 appended `key`,
+/// version 3 `barrier_seq` and `passed_barriers`; an older body is read without them.
+inline constexpr std::uint32_t control_body_version = 3;
 
 /// The body of a control message or reply; which fields matter depends on `op`.
 struct control_body {
@@ -144,6 +145,11 @@ struct control_body {
     std::string worker_group; ///< join: the worker group (readers: their read-only group)
     // barrier
     group barrier_group = group::all;
+    /// barrier: the node's number for this barrier of its group: 1 for its first, counted
+    /// on from `passed_barriers` of its join reply (0: not numbered, from a node of an
+    /// older version). A manager that took the job over learns from it which barriers the
+    /// old manager released (version 3 on).
+    std::uint64_t barrier_seq = 0;
     // replies and view pushes
     node_id id = no_node;
     std::uint64_t version = 0;
@@ -163,6 +169,10 @@ struct control_body {
     /// join replies: the node's own key; a join as a known node (`id` set): the key it
     /// was given (version 2 on).
     node_key key{};
+    /// join replies to a node joining a running job: the barriers each group (`all`,
+    /// `servers`, `workers`) has passed, from which the node numbers its own (version 3
+    /// on).
+    std::array<std::uint64_t, 3> passed_barriers{};
     /// The version of the encoding this body was read from (`control_body_version` for
     /// one made here); not sent.
     std::uint32_t read_version = control_body_version;
@@ -184,6 +194,7 @@ struct control_body {
             save_declarations(ar, *declared);
         }
         ar(key[0], key[1]);
+        ar(barrier_seq, passed_barriers[0], passed_barriers[1], passed_barriers[2]);
     }
 
     template <class Archive>
@@ -207,6 +218,9 @@ struct control_body {
         }
         if (encoding >= 2) {
             ar(key[0], key[1]);
+        }
+        if (encoding >= 3) {
+            ar(barrier_seq, passed_barriers[0], passed_barriers[1], passed_barriers[2]);
         }
         if (op < control_op::join || op > control_op::unreachable || role < node_role::manager ||
             role > node_role::reader || barrier_group < group::all ||

@@ -65,11 +65,20 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     struct waiting_barrier {
         connection_ptr conn;
         wire::message_header request;
+        std::uint64_t seq = 0; // the node's number for the barrier; 0: not numbered
     };
 
+    /// A group's barriers: the one being gathered, and how many the group passed (released
+    /// or failed), so that a node whose release was lost with a lost manager is released
+    /// when it asks again, and a node's next barrier is never counted in the one before.
     struct barrier_state {
         std::vector<waiting_barrier> waiting;
         std::set<node_id> arrived;
+        std::uint64_t passed = 0;
+        /// A manager that took the job over does not know `passed`: until the group's
+        /// first release it learns it from the numbers the nodes ask with (a node asking
+        /// for barrier n passed barrier n - 1).
+        bool learning = false;
     };
 
     /// A block schedule: its rounds so far and the workers waiting for the next one.
@@ -218,7 +227,13 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     // ---- barriers -----------------------------------------------------------------------
 
     void on_barrier(const connection_ptr& c, const wire::message_header& h, group g,
-                    std::vector<outgoing>& out);
+                    std::uint64_t seq, std::vector<outgoing>& out);
+
+    /// The reply that releases a node from a barrier of group `g` it asked for with `h`.
+    [[nodiscard]] wire::message barrier_release(group g, const wire::message_header& h) const;
+
+    /// The barriers of `b` up to `seq` are over (released, or failed for everyone).
+    static void passed_to(barrier_state& b, std::uint64_t seq) noexcept;
 
     /// Every failed node of group `g`, described; empty when none failed.
     [[nodiscard]] std::string failed_in(group g) const;

@@ -16,6 +16,7 @@
 
 #include <asio/steady_timer.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,9 @@ struct member::state : std::enable_shared_from_this<state> {
     node_id id = no_node;
     std::uint64_t secret = 0;
     node_key key{}; // from the join reply: shown when registering again
+    // The barriers this node asked for, by group (`all`, `servers`, `workers`), counted on
+    // from those its groups had passed when it joined: each barrier carries its number.
+    std::array<std::uint64_t, 3> barriers_asked{};
     view_ptr view;
     std::map<std::size_t, view_callback> subscribers;
     std::map<std::size_t, std::function<void()>> failure_subscribers;

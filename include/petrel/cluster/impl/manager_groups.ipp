@@ -16,7 +16,7 @@ namespace petrel {
 
 PETREL_DECL void manager_node::state::on_barrier(const connection_ptr& c,
                                                  const wire::message_header& h, group g,
-                                                 std::vector<outgoing>& out) {
+                                                 std::uint64_t seq, std::vector<outgoing>& out) {
     auto it = by_conn.find(c.get());
     const node_info* n = (it != by_conn.end() && view) ? view->find(it->second) : nullptr;
     if (!n || n->state != node_state::alive) {
@@ -29,18 +29,59 @@ PETREL_DECL void manager_node::state::on_barrier(const connection_ptr& c,
                                   n->describe() + " is not in the barrier's group")});
         return;
     }
+    auto& b = barriers[index_of(g)];
     if (auto why = failed_in(g); !why.empty()) {
+        passed_to(b, seq); // failed for everyone who asks
         out.push_back({c, refusal(h, errc::node_failed, why)});
         return;
     }
-    auto& b = barriers[index_of(g)];
+    if (seq != 0 && seq <= b.passed) {
+        // Released before: the release was lost with the manager that sent it.
+        out.push_back({c, barrier_release(g, h)});
+        return;
+    }
+    if (seq > b.passed + 1) {
+        if (!b.learning) {
+            out.push_back(
+                {c, refusal(h, errc::invalid_argument,
+                            n->describe() + " asks for barrier " + std::to_string(seq) +
+                                " of its group, which has passed " + std::to_string(b.passed))});
+            return;
+        }
+        // It passed barrier seq - 1: the old manager released it, also for those still
+        // waiting for it here.
+        passed_to(b, seq - 1);
+        std::erase_if(b.waiting, [&](const waiting_barrier& w) {
+            if (w.seq == 0 || w.seq > b.passed) {
+                return false;
+            }
+            out.push_back({w.conn, barrier_release(g, w.request)});
+            if (const auto at = by_conn.find(w.conn.get()); at != by_conn.end()) {
+                b.arrived.erase(at->second);
+            }
+            return true;
+        });
+    }
     if (!b.arrived.insert(n->id).second) {
         out.push_back({c, refusal(h, errc::invalid_argument,
                                   n->describe() + " is already waiting at this barrier")});
         return;
     }
-    b.waiting.push_back({c, h});
+    b.waiting.push_back({c, h, seq});
     try_release(g, out);
+}
+
+PETREL_DECL wire::message
+manager_node::state::barrier_release(group g, const wire::message_header& h) const {
+    control_body body;
+    body.op = control_op::barrier;
+    body.barrier_group = g;
+    body.version = view->version;
+    return detail::make_control(body, &h);
+}
+
+PETREL_DECL void manager_node::state::passed_to(barrier_state& b, std::uint64_t seq) noexcept {
+    b.passed = std::max(b.passed, seq);
 }
 
 PETREL_DECL std::string manager_node::state::failed_in(group g) const {
@@ -63,15 +104,13 @@ PETREL_DECL void manager_node::state::try_release(group g, std::vector<outgoing>
             return;
         }
     }
-    control_body body;
-    body.op = control_op::barrier;
-    body.barrier_group = g;
-    body.version = view->version;
     for (auto& w : b.waiting) {
-        out.push_back({w.conn, detail::make_control(body, &w.request)});
+        out.push_back({w.conn, barrier_release(g, w.request)});
+        passed_to(b, w.seq);
     }
     b.waiting.clear();
     b.arrived.clear();
+    b.learning = false;
 }
 
 PETREL_DECL std::size_t manager_node::state::index_of(group g) noexcept {

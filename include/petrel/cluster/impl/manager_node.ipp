@@ -210,7 +210,7 @@ manager_node::state::dispatch(const connection_ptr& c, const wire::message_heade
         on_heartbeat(c, h, out);
         break;
     case control_op::barrier:
-        on_barrier(c, h, b.barrier_group, out);
+        on_barrier(c, h, b.barrier_group, b.barrier_seq, out);
         break;
     case control_op::leave:
         on_leave(c, h, b.text, out, done);
@@ -492,6 +492,9 @@ PETREL_DECL void manager_node::state::admit(const connection_ptr& c, const wire:
     reply.version = v->version;
     reply.view = *v;
     reply.key = members[id].key; // only this node is sent its key
+    for (std::size_t g = 0; g < barriers.size(); ++g) {
+        reply.passed_barriers[g] = barriers[g].passed; // it numbers its barriers on from them
+    }
     if (server) {
         reply.secret = secret;
     }
@@ -646,6 +649,7 @@ manager_node::state::fail_node(node_id id, const std::string& why, std::vector<o
         for (auto& w : b.waiting) {
             out.push_back(
                 {w.conn, refusal(w.request, errc::node_failed, described + " failed: " + why)});
+            passed_to(b, w.seq);
         }
         b.waiting.clear();
         b.arrived.clear();

@@ -205,6 +205,10 @@ manager_node::state::take_over(std::vector<outgoing>& out,
     }
     view = v;
     ph = phase::running;
+    for (auto& bar : barriers) {
+        bar = {};
+        bar.learning = true; // which barriers the old manager released, the nodes say
+    }
     const auto now = clock::now();
     std::vector<node_id> absent;
     std::size_t back = 0;

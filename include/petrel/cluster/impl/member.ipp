@@ -54,6 +54,10 @@ PETREL_DECL void member::start_barrier(group g, done_fn done) {
     detail::control_body b;
     b.op = detail::control_op::barrier;
     b.barrier_group = g;
+    {
+        std::lock_guard lock(state_->mutex);
+        b.barrier_seq = ++state_->barriers_asked[static_cast<std::size_t>(g) - 1];
+    }
     state_->call(b, detail::no_deadline, std::move(done));
 }
 
@@ -330,6 +334,7 @@ PETREL_DECL void member::state::joined(std::error_code ec, wire::message&& m, do
         id = b->id;
         secret = b->secret;
         key = b->key;
+        barriers_asked = b->passed_barriers;
         if (!view || view->version < b->view->version) {
             view = std::make_shared<const membership_view>(std::move(*b->view));
         }
