@@ -34,15 +34,17 @@ struct job {
                  std::chrono::milliseconds heartbeat_timeout = 2000ms,
                  std::chrono::milliseconds startup_timeout = 10000ms, std::uint32_t max_servers = 0,
                  std::uint32_t max_workers = 0)
-        : manager(petrel::tcp_transport(io.executor(), quiet()),
-                  {.job_id = "job-a",
-                   .servers = servers,
-                   .workers = workers,
-                   .max_workers = max_workers,
-                   .max_servers = max_servers,
-                   .ring = {.partitions = 64},
-                   .heartbeat_timeout = heartbeat_timeout,
-                   .startup_timeout = startup_timeout}),
+        : job({.job_id = "job-a",
+               .servers = servers,
+               .workers = workers,
+               .max_workers = max_workers,
+               .max_servers = max_servers,
+               .ring = {.partitions = 64},
+               .heartbeat_timeout = heartbeat_timeout,
+               .startup_timeout = startup_timeout}) {}
+
+    explicit job(petrel::manager_options o)
+        : manager(petrel::tcp_transport(io.executor(), quiet()), std::move(o)),
           root(manager.listen("127.0.0.1:0")) {}
 
     log_capture logs;
@@ -75,6 +77,9 @@ struct job {
                                          std::chrono::milliseconds heartbeat_timeout = 2000ms,
                                          std::optional<petrel::declarations> declared = {}) {
         petrel::member_options o;
+        if (role == petrel::node_role::reader) {
+            o.group = "serve";
+        }
         o.root = root;
         o.job_id = std::move(job_id);
         o.role = role;
@@ -198,6 +203,69 @@ TEST_CASE("manager_node: barriers release a group once all its live members arri
     CHECK_FALSE(code_of(l2));
     CHECK_FALSE(code_of(finished));
     CHECK(j.manager.failure().empty());
+}
+
+TEST_CASE("manager_node: readers that went leave the view after reader_grace; ids and "
+          "readers' indices never repeat",
+          "[cluster][manager][security]") {
+    job j({.job_id = "job-a",
+           .servers = 1,
+           .workers = 2,
+           .ring = {.partitions = 64},
+           .heartbeat_timeout = 2000ms,
+           .reader_grace = 300ms});
+    auto [s, w0, w1] = j.server_and_two_workers();
+    auto reader = [&](std::uint32_t rank) {
+        auto r = j.make(petrel::node_role::reader, rank);
+        auto joined = r->async_join(asio::use_future);
+        REQUIRE_FALSE(code_of(joined));
+        return r;
+    };
+    // Sees `pred` in worker 0's view within the test's timeout.
+    auto eventually = [&](auto pred) {
+        const auto until = std::chrono::steady_clock::now() + petrel::test::timeout;
+        while (!pred(*w0->view()) && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(10ms);
+        }
+        return pred(*w0->view());
+    };
+    auto r4 = reader(10);
+    auto r5 = reader(11);
+    auto r6 = reader(12);
+    CHECK(r4->id() == 4);
+    CHECK(r6->id() == 6);
+    CHECK(r6->view()->find(6)->index == 2);
+    auto left = r4->async_leave(asio::use_future);
+    REQUIRE_FALSE(code_of(left));
+    r5->close(); // fails: its connection is lost
+    REQUIRE(eventually([](const petrel::membership_view& v) {
+        return v.find(4) && v.find(4)->state == petrel::node_state::left && v.find(5) &&
+               v.find(5)->state == petrel::node_state::failed;
+    }));
+    const auto gone_at = w0->view()->version;
+    // After the grace period they are left out; the rest of the view is unchanged.
+    REQUIRE(eventually([](const petrel::membership_view& v) { return !v.find(4) && !v.find(5); }));
+    CHECK(w0->view()->version > gone_at);
+    CHECK(w0->view()->nodes.size() == 5);
+    CHECK(w0->view()->find(6)->state == petrel::node_state::alive);
+    CHECK(*s->view() == *w0->view());
+    CHECK_THAT(j.logs.all(), Catch::Contains("2 readers that went are left out of the view"));
+    // The highest id stays while it is the highest: the next reader counts on from it.
+    auto gone = r6->async_leave(asio::use_future);
+    REQUIRE_FALSE(code_of(gone));
+    std::this_thread::sleep_for(600ms);
+    REQUIRE(w0->view()->find(6));
+    auto r7 = reader(13);
+    CHECK(r7->id() == 7);
+    CHECK(r7->view()->find(7)->index == 3);
+    REQUIRE(eventually([](const petrel::membership_view& v) { return !v.find(6); }));
+    CHECK(w0->view()->find(7)->state == petrel::node_state::alive);
+    // The job goes on: barriers and the end are as before.
+    auto b0 = w0->async_barrier(petrel::group::workers, asio::use_future);
+    auto b1 = w1->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK_FALSE(code_of(b0));
+    CHECK_FALSE(code_of(b1));
+    r7->close();
 }
 
 TEST_CASE("manager_node: a node of another job is refused", "[cluster][manager]") {

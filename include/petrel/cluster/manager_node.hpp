@@ -76,6 +76,12 @@ struct manager_options {
     /// is refused with `errc::job_full`, so that attaching cannot grow the view, and the
     /// messages every view change sends, without bound.
     std::uint32_t max_readers = 64;
+    /// A reader that left or failed stays in the view this long (so that every node sees
+    /// it go), then a new view leaves it out, so that readers attaching and going cannot
+    /// grow the view. Readers take no part in clocks, barriers or key placement; the node
+    /// with the highest id and the reader with the highest id stay, so that ids and
+    /// readers' indices never repeat.
+    std::chrono::milliseconds reader_grace{std::chrono::seconds(60)};
 };
 
 /// The manager of a job: nodes register with it at the root address; once every server

@@ -121,6 +121,10 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     std::map<const connection*, node_id> retired;
     std::array<barrier_state, 3> barriers;
     std::vector<joining> early_readers; // readers that came before the job formed
+    // Readers that left or failed, with when this manager first saw them gone (its views
+    // are scanned for them once per version: `gone_scanned`); see `drop_gone_readers`.
+    std::map<node_id, clock::time_point> readers_gone;
+    std::uint64_t gone_scanned = 0;
     // Taking a job over: the nodes that came back with their views, the newest of
     // those, when the first came, the servers' secret; joins of new nodes wait.
     std::map<node_id, joining> returning;
@@ -241,6 +245,15 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     void try_release(group g, std::vector<outgoing>& out);
 
     static std::size_t index_of(group g) noexcept;
+
+    // ---- readers ------------------------------------------------------------------------
+
+    /// Leaves the readers gone for `manager_options::reader_grace` out of a new view (see
+    /// there); running only.
+    void drop_gone_readers(clock::time_point now, std::vector<outgoing>& out);
+
+    /// The index of the next reader: one past the highest of the view's readers.
+    [[nodiscard]] std::uint32_t next_reader_index() const;
 
     // ---- the scheduler ------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-// Petrel: a manager's work for groups of nodes: barriers, and the scheduler's data sets and
-// block schedules.
+// Petrel: a manager's work for groups of nodes: barriers, readers that went, and the
+// scheduler's data sets and block schedules.
 #ifndef PETREL_CLUSTER_IMPL_MANAGER_GROUPS_IPP
 #define PETREL_CLUSTER_IMPL_MANAGER_GROUPS_IPP
 
@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -115,6 +116,60 @@ PETREL_DECL void manager_node::state::try_release(group g, std::vector<outgoing>
 
 PETREL_DECL std::size_t manager_node::state::index_of(group g) noexcept {
     return static_cast<std::size_t>(g) - 1;
+}
+
+// ---- readers ----------------------------------------------------------------------------
+
+PETREL_DECL void manager_node::state::drop_gone_readers(clock::time_point now,
+                                                        std::vector<outgoing>& out) {
+    if (view->version != gone_scanned) {
+        for (const auto& n : view->nodes) {
+            if (n.role == node_role::reader && n.state != node_state::alive) {
+                readers_gone.try_emplace(n.id, now);
+            }
+        }
+        gone_scanned = view->version;
+    }
+    if (readers_gone.empty()) {
+        return;
+    }
+    // Ids and readers' indices count on from the highest in the view: those nodes stay.
+    const node_id last = view->nodes.back().id;
+    node_id last_reader = no_node;
+    for (const auto& n : view->nodes) {
+        last_reader = n.role == node_role::reader ? n.id : last_reader;
+    }
+    std::set<node_id> drop;
+    for (const auto& [id, since] : readers_gone) {
+        if (now - since >= opts.reader_grace && id != last && id != last_reader) {
+            drop.insert(id);
+        }
+    }
+    if (drop.empty()) {
+        return;
+    }
+    auto v = std::make_shared<membership_view>(*view);
+    std::erase_if(v->nodes, [&](const node_info& n) { return drop.count(n.id) != 0; });
+    ++v->version;
+    view = v;
+    gone_scanned = v->version;
+    for (const auto id : drop) {
+        readers_gone.erase(id);
+    }
+    broadcast(out);
+    report(log_level::info, std::to_string(drop.size()) +
+                                " readers that went are left out of the view from version " +
+                                std::to_string(v->version));
+}
+
+PETREL_DECL std::uint32_t manager_node::state::next_reader_index() const {
+    std::uint32_t next = 0;
+    for (const auto& n : view->nodes) {
+        if (n.role == node_role::reader) {
+            next = std::max(next, n.index + 1);
+        }
+    }
+    return next;
 }
 
 // ---- the scheduler ----------------------------------------------------------------------

@@ -470,6 +470,9 @@ PETREL_DECL void manager_node::state::admit(const connection_ptr& c, const wire:
     for (const auto& n : v->nodes) {
         index += n.role == b.role ? 1 : 0;
     }
+    if (b.role == node_role::reader) {
+        index = next_reader_index(); // readers that went may have left the view
+    }
     const bool server = b.role == node_role::server;
     const std::string g = server                        ? std::string{}
                           : b.role == node_role::reader ? b.worker_group
@@ -754,6 +757,7 @@ PETREL_DECL void manager_node::state::on_tick() {
                     fail_node(id, why, out, done);
                 }
             }
+            drop_gone_readers(now, out);
         }
         if (ph != phase::finished) {
             arm();
