@@ -365,19 +365,11 @@ TEST_CASE("tcp_transport: nodes destroyed before their io_context runs leave not
     REQUIRE(done.wait_for(20s) == std::future_status::ready);
 }
 
-TEST_CASE("tcp_transport: a peer that never reads its replies cannot grow the server's queue",
-          "[transport][tcp]") {
-    io_threads io{1};
-    petrel::transport_options opts;
-    opts.max_send_queue_bytes = 1 << 20;
-    petrel::server_node server(petrel::tcp_transport(io.executor(), opts));
-    const auto address = server.listen("127.0.0.1:0");
-    const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+namespace {
 
-    // Each pull asks for 1000 keys x 16 floats of a table never pushed: 64 KB of zeros per
-    // 8 KB request. Without back-pressure the server would read every request and queue
-    // all the replies (2000 x 64 KB); with it, it stops reading after about 1 MiB of
-    // replies and the client's socket fills up.
+/// A pull of 1000 keys x 16 floats of a table never pushed: 64 KB of zeros per 8 KB
+/// request.
+std::vector<std::byte> zeros_pull_frame() {
     std::vector<std::uint64_t> keys(1000);
     std::iota(keys.begin(), keys.end(), std::uint64_t{0});
     petrel::wire::message pull;
@@ -387,9 +379,24 @@ TEST_CASE("tcp_transport: a peer that never reads its replies cannot grow the se
     pull.header.range_end = petrel::key_space_end<std::uint64_t>;
     pull.set_segment(petrel::wire::keys_segment,
                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
-    std::vector<std::byte> frame;
-    petrel::wire::encode_head(pull, frame);
-    frame.insert(frame.end(), pull.keys().data(), pull.keys().data() + pull.keys().size());
+    return petrel::test::frame_of(pull);
+}
+
+} // namespace
+
+TEST_CASE("tcp_transport: a peer that never reads its replies cannot grow the server's queue",
+          "[transport][tcp]") {
+    io_threads io{1};
+    petrel::transport_options opts;
+    opts.max_send_queue_bytes = 1 << 20;
+    petrel::server_node server(petrel::tcp_transport(io.executor(), opts));
+    const auto address = server.listen("127.0.0.1:0");
+    const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+
+    // Without back-pressure the server would read every request and queue all the
+    // replies (2000 x 64 KB); with it, it stops reading after about 1 MiB of replies and
+    // the client's socket fills up.
+    const auto frame = zeros_pull_frame();
 
     asio::io_context raw;
     asio::ip::tcp::socket s(raw);
@@ -1098,4 +1105,67 @@ TEST_CASE("tcp_transport: back-pressure holds the frames of one read once the re
     std::error_code ignored;
     s.close(ignored);
     server.close();
+}
+
+TEST_CASE("tcp_transport: an accepted connection whose peer takes none of its replies is "
+          "closed after frame_timeout; a peer that reads slowly is kept",
+          "[transport][tcp][security]") {
+    io_threads io{1};
+    log_capture log;
+    petrel::transport_options opts;
+    opts.log = log.logger();
+    opts.max_send_queue_bytes = 1 << 20;
+    opts.frame_timeout = 1500ms;
+    petrel::server_node server(petrel::tcp_transport(io.executor(), opts));
+    const auto address = server.listen("127.0.0.1:0");
+    const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+    const auto frame = zeros_pull_frame();
+    const std::string stalled = "takes none of the replies queued for it";
+
+    asio::io_context raw;
+    asio::ip::tcp::socket s(raw);
+    s.connect({asio::ip::make_address("127.0.0.1"), port});
+    s.non_blocking(true);
+    // Sends requests for `for_how_long`, as fast as the server takes them; `read_some`
+    // reads up to 64 KiB of replies every 5 ms (slower than the server answers: its queue
+    // stays above the limit), or nothing. Returns whether the server closed the
+    // connection.
+    auto drive = [&](std::chrono::milliseconds for_how_long, bool read_some) {
+        std::vector<std::byte> in(64 << 10);
+        std::size_t offset = 0;
+        auto next_read = std::chrono::steady_clock::now();
+        const auto until = std::chrono::steady_clock::now() + for_how_long;
+        while (std::chrono::steady_clock::now() < until) {
+            std::error_code ec;
+            const std::size_t n =
+                s.write_some(asio::buffer(frame.data() + offset, frame.size() - offset), ec);
+            if (!ec) {
+                offset = (offset + n) % frame.size();
+            } else if (ec != asio::error::would_block) {
+                return true; // reset by the server
+            }
+            if (read_some && std::chrono::steady_clock::now() >= next_read) {
+                s.read_some(asio::buffer(in), ec);
+                if (ec && ec != asio::error::would_block) {
+                    return true;
+                }
+                next_read += 5ms;
+            }
+            if (ec == asio::error::would_block) {
+                std::this_thread::sleep_for(5ms);
+            }
+        }
+        return false;
+    };
+    SECTION("a peer that reads slowly keeps its connection, its replies coming") {
+        CHECK_FALSE(drive(3s, true));
+        CHECK_THAT(log.all(), !Catch::Contains(stalled));
+    }
+    SECTION("a peer that stops reading is closed, and logged") {
+        CHECK_FALSE(drive(1s, true));
+        drive(6s, false);
+        CHECK_THAT(log.all(), Catch::Contains(stalled));
+    }
+    std::error_code ignored;
+    s.close(ignored);
 }

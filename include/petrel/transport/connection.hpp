@@ -94,7 +94,10 @@ struct transport_options {
     /// its payload must follow at `min_receive_rate` bytes a second or faster; a peer
     /// that sends slower is closed with `errc::timed_out` and logged, so that a peer
     /// cannot hold a connection's buffers by trickling. The clock stops while this end
-    /// holds back its reads (its send queue is full). Zero: no deadline.
+    /// holds back its reads (its send queue is full). The other way round, an accepted
+    /// connection whose replies pass `max_send_queue_bytes` is closed the same way when
+    /// its peer takes none of them for this long, so that a peer that does not read
+    /// cannot hold its replies' memory. Zero: no deadline.
     std::chrono::milliseconds frame_timeout{30000};
     std::size_t min_receive_rate = std::size_t{64} << 10;
     /// An accepted connection on which nothing arrives for this long is closed (its peer

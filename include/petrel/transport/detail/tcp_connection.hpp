@@ -271,6 +271,7 @@ private:
     /// blocking (most bursts of small messages leave here in a few system calls, without
     /// waking the loop); what the socket does not take is left to the write loop.
     void flush() {
+        watch_writes();
         if (closed_ || writing_ || queue_.empty()) {
             return;
         }
@@ -329,6 +330,11 @@ private:
     /// Drops the messages the socket took in full; remembers how far into the next one
     /// it got.
     void consume(std::size_t n) {
+        if (n > 0 && write_deadline_ != never) {
+            // The peer took some: it has another frame_timeout for the rest (none once the
+            // queue is back within its limit: see below).
+            write_deadline_ = clock::now() + frame_timeout_;
+        }
         while (n > 0 && !queue_.empty()) {
             const std::size_t left = queue_.front().bytes - front_written_;
             if (n < left) {
@@ -345,6 +351,23 @@ private:
         }
         if (queued_bytes_ <= max_queued_bytes_ / 2) {
             drained_.cancel(); // a read loop held back by the queue may go on
+        }
+        if (write_deadline_ != never && queued_bytes_ <= max_queued_bytes_) {
+            write_deadline_ = never; // the watchdog finds that out
+        }
+    }
+
+    /// On the strand, once replies were queued: when they pass the limit of an accepted
+    /// connection, its peer must take some within `frame_timeout`.
+    void watch_writes() {
+        if (queued_bytes_ <= max_queued_bytes_ || write_deadline_ != never ||
+            frame_timeout_.count() == 0 || closed_) {
+            return;
+        }
+        write_deadline_ = clock::now() + frame_timeout_;
+        if (write_deadline_ < watching_until_) {
+            watching_until_ = write_deadline_;
+            watchdog_.expires_at(write_deadline_); // ends its wait: it looks again
         }
     }
 
@@ -492,22 +515,25 @@ private:
         }
     }
 
-    /// Closes the connection with `errc::timed_out` once a read deadline passed.
+    /// Closes the connection with `errc::timed_out` once a read or write deadline passed.
     asio::awaitable<void> watch([[maybe_unused]] std::shared_ptr<tcp_connection> self) {
         while (!closed_) {
             const auto now = clock::now();
-            if (read_deadline_ != never && now >= read_deadline_) {
+            const bool reads_late = read_deadline_ != never && now >= read_deadline_;
+            if (reads_late || (write_deadline_ != never && now >= write_deadline_)) {
                 if (log_) {
                     log_(log_level::warning,
                          "closing connection with " + remote_ +
-                             (in_frame_ ? ": a frame arrives too slowly (frame_timeout, "
-                                          "min_receive_rate)"
-                                        : ": nothing arrived within idle_timeout"));
+                             (!reads_late ? ": the peer takes none of the replies queued for "
+                                            "it (frame_timeout, max_send_queue_bytes)"
+                              : in_frame_ ? ": a frame arrives too slowly (frame_timeout, "
+                                            "min_receive_rate)"
+                                          : ": nothing arrived within idle_timeout"));
                 }
                 finish(errc::timed_out);
                 co_return;
             }
-            watching_until_ = read_deadline_;
+            watching_until_ = std::min(read_deadline_, write_deadline_);
             watchdog_.expires_at(watching_until_);
             std::error_code ignored;
             co_await watchdog_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
@@ -546,8 +572,10 @@ private:
             }
             writing_ = true;
             std::error_code ec;
-            const std::size_t n = co_await asio::async_write(
-                socket_, buffers, asio::redirect_error(asio::use_awaitable, ec));
+            // What the socket takes now, not all of it: each write's progress counts for
+            // the peer's write deadline (see `watch_writes`).
+            const std::size_t n = co_await socket_.async_write_some(
+                buffers, asio::redirect_error(asio::use_awaitable, ec));
             writing_ = false;
             if (ec) {
                 finish(ec);
@@ -596,12 +624,13 @@ private:
     asio::steady_timer drained_;      // wakes a read loop held back by a full send queue
     asio::steady_timer budget_freed_; // wakes a read loop waiting for the receive budget
     bool budget_was_freed_ = false;   // (set with it, on the strand)
-    asio::steady_timer watchdog_;     // wakes watch() at the read deadline
+    asio::steady_timer watchdog_;     // wakes watch() at the read or write deadline
     std::shared_ptr<byte_budget> receive_budget_; // shared by the transport's connections
     std::chrono::milliseconds frame_timeout_;
     std::size_t min_receive_rate_;
     std::chrono::milliseconds idle_timeout_;
     clock::time_point read_deadline_ = never;  // the peer must have sent more by then
+    clock::time_point write_deadline_ = never; // the peer must have taken some replies by then
     clock::time_point watching_until_ = never; // when watch() wakes next
     clock::time_point frame_started_{};        // the first byte of the frame under way
     bool in_frame_ = false;
