@@ -61,10 +61,23 @@ struct job {
     /// Server rank 0 and workers ranks 1 and 2, joined (for a job of 1 server, 2 workers).
     std::array<std::shared_ptr<petrel::member>, 3> server_and_two_workers();
 
-    /// A raw connection to the manager, its events recorded in `ev`.
-    petrel::connection_ptr connect(petrel::tcp_transport& t, petrel::test::events& ev) {
+    /// A manager that takes this job (of 1 server, 2 workers) over when its nodes come.
+    std::unique_ptr<petrel::manager_node> standby(std::chrono::milliseconds heartbeat_timeout) {
+        return std::make_unique<petrel::manager_node>(
+            petrel::tcp_transport(io.executor(), quiet()),
+            petrel::manager_options{.job_id = "job-a",
+                                    .servers = 1,
+                                    .workers = 2,
+                                    .ring = {.partitions = 64},
+                                    .heartbeat_timeout = heartbeat_timeout,
+                                    .take_over = true});
+    }
+
+    /// A raw connection to the manager (or the one at `at`), its events recorded in `ev`.
+    petrel::connection_ptr connect(petrel::tcp_transport& t, petrel::test::events& ev,
+                                   const std::string& at = {}) {
         std::promise<petrel::connection_ptr> connected;
-        t.async_connect(root, ev.handlers(),
+        t.async_connect(at.empty() ? root : at, ev.handlers(),
                         [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
         auto conn = connected.get_future().get();
         REQUIRE(conn);
@@ -645,27 +658,13 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     const auto v = *w0->view();
-    petrel::manager_node next(petrel::tcp_transport(j.io.executor(), j.quiet()),
-                              {.job_id = "job-a",
-                               .servers = 1,
-                               .workers = 2,
-                               .ring = {.partitions = 64},
-                               .heartbeat_timeout = 2000ms,
-                               .take_over = true});
-    const auto at = next.listen("127.0.0.1:0");
+    auto next = j.standby(2000ms);
+    const auto at = next->listen("127.0.0.1:0");
     auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
-    auto connect = [&](petrel::test::events& ev) {
-        std::promise<petrel::connection_ptr> connected;
-        t.async_connect(at, ev.handlers(),
-                        [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
-        auto c = connected.get_future().get();
-        REQUIRE(c);
-        return c;
-    };
     // Every node of the view comes back: the standby takes the job over at once.
-    auto server = connect(ev_server);
-    auto first = connect(ev_first);
-    auto second = connect(ev_second);
+    auto server = j.connect(t, ev_server, at);
+    auto first = j.connect(t, ev_first, at);
+    auto second = j.connect(t, ev_second, at);
     {
         petrel::detail::control_body b;
         b.op = petrel::detail::control_op::join;
@@ -690,7 +689,7 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     REQUIRE(reply_to(ev_server, 1) == 0u);
     REQUIRE(reply_to(ev_first, 1) == 0u);
     REQUIRE(reply_to(ev_second, 1) == 0u);
-    REQUIRE(next.view());
+    REQUIRE(next->view());
 
     // The old manager released the workers' barrier 3, but the first worker's release was
     // lost with it: that worker asks for barrier 3 again, and waits, until the second
@@ -721,7 +720,7 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     server->close();
     first->close();
     second->close();
-    next.close();
+    next->close();
 }
 
 TEST_CASE("manager_node: members number their barriers; a worker that joins a running job "
@@ -768,20 +767,11 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
     job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     const auto v = *w0->view();
-    petrel::manager_node next(petrel::tcp_transport(j.io.executor(), j.quiet()),
-                              {.job_id = "job-a",
-                               .servers = 1,
-                               .workers = 2,
-                               .ring = {.partitions = 64},
-                               .heartbeat_timeout = 200ms,
-                               .take_over = true});
+    auto standby = j.standby(200ms);
+    auto& next = *standby;
     const auto at = next.listen("127.0.0.1:0");
     auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
-    std::promise<petrel::connection_ptr> connected;
-    t.async_connect(at, ev.handlers(),
-                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
-    auto conn = connected.get_future().get();
-    REQUIRE(conn);
+    auto conn = j.connect(t, ev, at);
 
     // One node of three comes back (its manager is alive for the others): sent away.
     // Meanwhile registrations as it with another key, or none, are refused at once.
