@@ -62,12 +62,14 @@ struct job {
     std::array<std::shared_ptr<petrel::member>, 3> server_and_two_workers();
 
     /// A manager that takes this job (of 1 server, 2 workers) over when its nodes come.
-    std::unique_ptr<petrel::manager_node> standby(std::chrono::milliseconds heartbeat_timeout) {
+    std::unique_ptr<petrel::manager_node> standby(std::chrono::milliseconds heartbeat_timeout,
+                                                  std::uint32_t max_workers = 0) {
         return std::make_unique<petrel::manager_node>(
             petrel::tcp_transport(io.executor(), quiet()),
             petrel::manager_options{.job_id = "job-a",
                                     .servers = 1,
                                     .workers = 2,
+                                    .max_workers = max_workers,
                                     .ring = {.partitions = 64},
                                     .heartbeat_timeout = heartbeat_timeout,
                                     .take_over = true});
@@ -655,10 +657,11 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     petrel::test::events ev_server; // outlive the io threads of the job
     petrel::test::events ev_first;
     petrel::test::events ev_second;
+    petrel::test::events ev_late;
     job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     const auto v = *w0->view();
-    auto next = j.standby(2000ms);
+    auto next = j.standby(2000ms, 3);
     const auto at = next->listen("127.0.0.1:0");
     auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
     // Every node of the view comes back: the standby takes the job over at once.
@@ -690,6 +693,13 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     REQUIRE(reply_to(ev_first, 1) == 0u);
     REQUIRE(reply_to(ev_second, 1) == 0u);
     REQUIRE(next->view());
+    // A worker joins before the new manager learnt what the groups passed: it numbers its
+    // barriers from a guess (none passed), so they are gathered as unnumbered.
+    auto late = j.connect(t, ev_late, at);
+    auto join = worker_join(3);
+    join.header.request_id = 1;
+    late->send(std::move(join));
+    REQUIRE(reply_to(ev_late, 1) == 0u);
 
     // The old manager released the workers' barrier 3, but the first worker's release was
     // lost with it: that worker asks for barrier 3 again, and waits, until the second
@@ -698,11 +708,15 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     CHECK_FALSE(reply_to(ev_first, 10, 300ms));
     second->send(numbered_barrier(petrel::group::workers, 4, 20));
     CHECK(reply_to(ev_first, 10) == 0u);
-    // The second worker waits at barrier 4 for the first, not with the first's barrier 3.
+    // The second worker waits at barrier 4 for the first, not with the first's barrier 3;
+    // the late worker's first barrier is barrier 4 too.
     CHECK_FALSE(reply_to(ev_second, 20, 300ms));
+    late->send(numbered_barrier(petrel::group::workers, 1, 40));
+    CHECK_FALSE(reply_to(ev_late, 40, 300ms));
     first->send(numbered_barrier(petrel::group::workers, 4, 11));
     CHECK(reply_to(ev_first, 11) == 0u);
     CHECK(reply_to(ev_second, 20) == 0u);
+    CHECK(reply_to(ev_late, 40) == 0u);
     // Learnt: a barrier the group passed is released at once; one beyond the next is
     // refused rather than counted.
     first->send(numbered_barrier(petrel::group::workers, 2, 12));
@@ -714,9 +728,13 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     second->send(numbered_barrier(petrel::group::all, 1, 22));
     CHECK_FALSE(reply_to(ev_first, 13, 200ms));
     server->send(numbered_barrier(petrel::group::all, 1, 30));
+    CHECK_FALSE(reply_to(ev_first, 13, 200ms));
+    late->send(numbered_barrier(petrel::group::all, 1, 41));
     CHECK(reply_to(ev_first, 13) == 0u);
     CHECK(reply_to(ev_second, 22) == 0u);
     CHECK(reply_to(ev_server, 30) == 0u);
+    CHECK(reply_to(ev_late, 41) == 0u);
+    late->close();
     server->close();
     first->close();
     second->close();

@@ -120,6 +120,10 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     // was lost or late), they get the same answer.
     std::map<const connection*, node_id> retired;
     std::array<barrier_state, 3> barriers;
+    // Nodes admitted while a group's `passed` was still being learnt, with those groups
+    // (bit `index_of(g)`): their barrier numbers count from a guess, so they are gathered
+    // as unnumbered.
+    std::map<node_id, std::uint8_t> unnumbered;
     std::vector<joining> early_readers; // readers that came before the job formed
     // Readers that left or failed, with when this manager first saw them gone (its views
     // are scanned for them once per version: `gone_scanned`); see `drop_gone_readers`.

@@ -31,6 +31,10 @@ PETREL_DECL void manager_node::state::on_barrier(const connection_ptr& c,
         return;
     }
     auto& b = barriers[index_of(g)];
+    if (const auto u = unnumbered.find(n->id);
+        u != unnumbered.end() && (u->second & (1u << index_of(g))) != 0) {
+        seq = 0; // it joined while this manager learnt what the group passed
+    }
     if (auto why = failed_in(g); !why.empty()) {
         passed_to(b, seq); // failed for everyone who asks
         out.push_back({c, refusal(h, errc::node_failed, why)});

@@ -495,8 +495,13 @@ PETREL_DECL void manager_node::state::admit(const connection_ptr& c, const wire:
     reply.version = v->version;
     reply.view = *v;
     reply.key = members[id].key; // only this node is sent its key
+    std::uint8_t guessed = 0;
     for (std::size_t g = 0; g < barriers.size(); ++g) {
         reply.passed_barriers[g] = barriers[g].passed; // it numbers its barriers on from them
+        guessed |= barriers[g].learning ? std::uint8_t(1u << g) : std::uint8_t{0};
+    }
+    if (guessed != 0 && b.role != node_role::reader) {
+        unnumbered[id] = guessed;
     }
     if (server) {
         reply.secret = secret;
