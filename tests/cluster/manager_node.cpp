@@ -237,12 +237,12 @@ TEST_CASE("manager_node: readers that went leave the view after reader_grace; id
         return r;
     };
     // Sees `pred` in worker 0's view within the test's timeout.
-    auto eventually = [&](auto pred) {
+    auto eventually = [&, watcher = w0](auto pred) {
         const auto until = std::chrono::steady_clock::now() + petrel::test::timeout;
-        while (!pred(*w0->view()) && std::chrono::steady_clock::now() < until) {
+        while (!pred(*watcher->view()) && std::chrono::steady_clock::now() < until) {
             std::this_thread::sleep_for(10ms);
         }
-        return pred(*w0->view());
+        return pred(*watcher->view());
     };
     auto r4 = reader(10);
     auto r5 = reader(11);
