@@ -773,6 +773,8 @@ TEST_CASE("manager_node: members number their barriers; a worker that joins a ru
     REQUIRE(reply_to(ev, 1) == 0u);
     conn->send(numbered_barrier(petrel::group::workers, 5, 2));
     CHECK(reply_to(ev, 2) == static_cast<std::uint32_t>(petrel::errc::invalid_argument));
+    conn->send(numbered_barrier(petrel::group::workers, ~std::uint64_t{0}, 4));
+    CHECK(reply_to(ev, 4) == static_cast<std::uint32_t>(petrel::errc::invalid_argument));
     conn->send(numbered_barrier(petrel::group::workers, 3, 3)); // passed: released at once
     CHECK(reply_to(ev, 3) == 0u);
     conn->close();

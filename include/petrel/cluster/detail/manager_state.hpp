@@ -256,8 +256,9 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     /// there); running only.
     void drop_gone_readers(clock::time_point now, std::vector<outgoing>& out);
 
-    /// The index of the next reader: one past the highest of the view's readers.
-    [[nodiscard]] std::uint32_t next_reader_index() const;
+    /// The index of the next node of role `r`: one past the highest in the view (readers
+    /// that went may have left it, so a count could repeat one).
+    [[nodiscard]] std::uint32_t next_index(node_role r) const;
 
     // ---- the scheduler ------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ PETREL_DECL void manager_node::state::on_barrier(const connection_ptr& c,
         out.push_back({c, barrier_release(g, h)});
         return;
     }
-    if (seq > b.passed + 1) {
+    if (seq != 0 && seq - 1 > b.passed) { // beyond the next (never wraps around)
         if (!b.learning) {
             out.push_back(
                 {c, refusal(h, errc::invalid_argument,
@@ -166,10 +166,10 @@ PETREL_DECL void manager_node::state::drop_gone_readers(clock::time_point now,
                                 std::to_string(v->version));
 }
 
-PETREL_DECL std::uint32_t manager_node::state::next_reader_index() const {
+PETREL_DECL std::uint32_t manager_node::state::next_index(node_role r) const {
     std::uint32_t next = 0;
     for (const auto& n : view->nodes) {
-        if (n.role == node_role::reader) {
+        if (n.role == r) {
             next = std::max(next, n.index + 1);
         }
     }

@@ -465,13 +465,7 @@ PETREL_DECL void manager_node::state::admit(const connection_ptr& c, const wire:
     }
     auto v = std::make_shared<membership_view>(*view);
     const node_id id = v->nodes.back().id + 1;
-    std::uint32_t index = 0;
-    for (const auto& n : v->nodes) {
-        index += n.role == b.role ? 1 : 0;
-    }
-    if (b.role == node_role::reader) {
-        index = next_reader_index(); // readers that went may have left the view
-    }
+    const std::uint32_t index = next_index(b.role);
     const bool server = b.role == node_role::server;
     const std::string g = server                        ? std::string{}
                           : b.role == node_role::reader ? b.worker_group
