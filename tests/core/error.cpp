@@ -52,6 +52,7 @@ const std::vector<errc> all_errors{
     errc::in_progress,
     errc::declaration_mismatch,
     errc::auth_failed,
+    errc::tls_failed,
 };
 
 } // namespace

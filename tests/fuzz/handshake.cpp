@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     asio::ip::tcp::socket peer(io);
     peer.connect(acceptor.local_endpoint());
-    asio::ip::tcp::socket end = acceptor.accept();
+    petrel::detail::tcp_stream end(acceptor.accept());
     std::error_code ignored;
     asio::write(peer, asio::buffer(data + 1, size - 1), ignored);
     peer.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);

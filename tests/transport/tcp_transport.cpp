@@ -2,6 +2,7 @@
 
 #include "support/cluster.hpp"
 #include "support/frames.hpp"
+#include "support/tls.hpp"
 
 #include <asio/connect.hpp>
 #include <asio/ip/tcp.hpp>
@@ -479,12 +480,16 @@ namespace {
 /// Two transports on `io` with secrets `server_secret` and `client_secret` (empty: none),
 /// the server's messages and log recorded.
 struct secured_pair {
-    secured_pair(io_threads& io, std::string server_secret, std::string client_secret)
+    secured_pair(io_threads& io, std::string server_secret, std::string client_secret,
+                 petrel::tls_files server_tls = {}, petrel::tls_files client_tls = {})
         : server(io.executor(), {.log = server_log.logger(),
                                  .secret = std::move(server_secret),
                                  .handshake_timeout = 2s,
-                                 .auth_failure_delay = 50ms}),
-          client(io.executor(), {.log = client_log.logger(), .secret = std::move(client_secret)}) {
+                                 .auth_failure_delay = 50ms,
+                                 .tls = std::move(server_tls)}),
+          client(io.executor(), {.log = client_log.logger(),
+                                 .secret = std::move(client_secret),
+                                 .tls = std::move(client_tls)}) {
         petrel::connection_handlers h;
         h.on_message = [this](const petrel::connection_ptr& c, petrel::wire::message&& m) {
             ++received;
@@ -493,9 +498,11 @@ struct secured_pair {
         address = server.listen("127.0.0.1:0", h);
     }
 
-    /// Connects, sends one message and waits for its echo; the connect's error, or
-    /// `errc::connection_closed` when the connection closed first, otherwise.
-    std::error_code round_trip() {
+    /// Connects (to `to`, the server's address when empty), sends one message carrying
+    /// `payload` (a multiple of 4 bytes) and waits for its echo; the connect's error, or
+    /// `errc::connection_closed` when the connection closed first, or
+    /// `errc::malformed_payload` when the echo carries other bytes, otherwise.
+    std::error_code round_trip(const std::string& payload = "", std::string to = "") {
         // The handlers outlive this call (the connection closes later): they share the
         // outcome.
         struct outcome_state {
@@ -509,22 +516,35 @@ struct secured_pair {
         };
         auto state = std::make_shared<outcome_state>();
         petrel::connection_handlers h;
-        h.on_message = [state](const petrel::connection_ptr&, petrel::wire::message&&) {
-            state->settle({});
+        h.on_message = [state, payload](const petrel::connection_ptr&, petrel::wire::message&& m) {
+            const auto got = m.segments[petrel::wire::values_segment];
+            const bool same =
+                got.size() == payload.size() &&
+                (payload.empty() || std::memcmp(got.data(), payload.data(), got.size()) == 0);
+            state->settle(same ? std::error_code{} : petrel::errc::malformed_payload);
         };
         h.on_close = [state](const petrel::connection_ptr&, std::error_code) {
             state->settle(petrel::errc::connection_closed);
         };
         std::promise<std::pair<std::error_code, petrel::connection_ptr>> connected;
-        client.async_connect(address, h, [&](std::error_code e, petrel::connection_ptr c) {
-            connected.set_value({e, std::move(c)});
-        });
+        client.async_connect(to.empty() ? address : to, h,
+                             [&](std::error_code e, petrel::connection_ptr c) {
+                                 connected.set_value({e, std::move(c)});
+                             });
         auto [ec, c] = connected.get_future().get();
         if (ec) {
             return ec;
         }
         petrel::wire::message m;
         m.header.kind = petrel::wire::message_kind::pull;
+        if (!payload.empty()) {
+            // The values of the range [0, n) as a pull's reply: floats, the payload's bytes.
+            m.header.kind = petrel::wire::message_kind::pull_reply;
+            m.header.range_end = payload.size() / sizeof(float);
+            m.header.key_count = m.header.range_end;
+            m.set_segment(petrel::wire::values_segment,
+                          petrel::shared_bytes::copy_of(std::as_bytes(std::span(payload))));
+        }
         c->send(std::move(m));
         auto outcome = state->echoed.get_future();
         if (outcome.wait_for(10s) != std::future_status::ready) {
@@ -583,6 +603,187 @@ TEST_CASE("tcp_transport: with a secret, only peers that know it exchange messag
         CHECK_THAT(p.client_log.all(), Catch::Contains("job's secret"));
         // The client may close before the server has read what it sent: wait for the line.
         CHECK(p.server_logged("refused a connection"));
+    }
+}
+
+namespace {
+
+/// A relay on the path between a client and a server that keeps every byte it carries, as
+/// an eavesdropper on the network would: connections to `address()` go on to `to`.
+class tapped_relay {
+public:
+    explicit tapped_relay(const std::string& to)
+        : acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}),
+          to_port_(static_cast<std::uint16_t>(std::stoi(to.substr(to.rfind(':') + 1)))) {
+        accepting_ = std::thread([this] {
+            std::error_code ec;
+            for (;;) {
+                auto in = std::make_shared<asio::ip::tcp::socket>(io_);
+                acceptor_.accept(*in, ec);
+                if (ec || stopping_) {
+                    return;
+                }
+                auto out = std::make_shared<asio::ip::tcp::socket>(io_);
+                out->connect({asio::ip::make_address("127.0.0.1"), to_port_}, ec);
+                std::lock_guard lock(mutex_);
+                sockets_.push_back(in);
+                sockets_.push_back(out);
+                if (!ec) {
+                    pumps_.emplace_back([this, in, out] { pump(*in, *out); });
+                    pumps_.emplace_back([this, in, out] { pump(*out, *in); });
+                }
+            }
+        });
+    }
+    tapped_relay(const tapped_relay&) = delete;
+    tapped_relay& operator=(const tapped_relay&) = delete;
+    ~tapped_relay() {
+        std::error_code ignored;
+        stopping_ = true;
+        asio::ip::tcp::socket poke(io_); // wakes the blocking accept
+        poke.connect(acceptor_.local_endpoint(), ignored);
+        accepting_.join();
+        acceptor_.close(ignored);
+        std::vector<std::thread> pumps;
+        {
+            std::lock_guard lock(mutex_);
+            for (auto& sock : sockets_) {
+                sock->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+            }
+            pumps.swap(pumps_);
+        }
+        for (auto& t : pumps) {
+            t.join();
+        }
+    }
+
+    [[nodiscard]] std::string address() const {
+        return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+    }
+    /// Everything carried so far, both ways.
+    [[nodiscard]] std::string seen() {
+        std::lock_guard lock(mutex_);
+        return seen_;
+    }
+
+private:
+    void pump(asio::ip::tcp::socket& from, asio::ip::tcp::socket& to) {
+        std::array<char, 65536> buf{};
+        std::error_code ec;
+        for (;;) {
+            const std::size_t n = from.read_some(asio::buffer(buf), ec);
+            if (ec) {
+                break;
+            }
+            {
+                std::lock_guard lock(mutex_);
+                seen_.append(buf.data(), n);
+            }
+            asio::write(to, asio::buffer(buf.data(), n), ec);
+            if (ec) {
+                break;
+            }
+        }
+        to.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+    }
+
+    asio::io_context io_;
+    asio::ip::tcp::acceptor acceptor_;
+    std::uint16_t to_port_;
+    std::atomic<bool> stopping_{false};
+    std::mutex mutex_;
+    std::string seen_;
+    std::vector<std::shared_ptr<asio::ip::tcp::socket>> sockets_;
+    std::vector<std::thread> pumps_;
+    std::thread accepting_;
+};
+
+/// A payload an eavesdropper must not read: a recognisable text, repeated.
+std::string marked_payload(std::size_t bytes) {
+    const std::string mark = "a gradient for the job's eyes only; ";
+    std::string out;
+    while (out.size() < bytes) {
+        out += mark;
+    }
+    out.resize(bytes);
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("tcp_transport: with TLS, nodes whose certificates the job's authority signed exchange "
+          "messages, and the network carries none of their bytes in the clear",
+          "[transport][tcp][tls][security]") {
+    io_threads io;
+    const auto node = petrel::test::tls_of();
+    SECTION("TLS and the secret: small and large messages, byte for byte") {
+        secured_pair p(io, "job secret 1", "job secret 1", node, node);
+        CHECK_FALSE(p.round_trip());
+        CHECK_FALSE(p.round_trip("four"));
+        CHECK_FALSE(p.round_trip(marked_payload(5 << 20)));
+        CHECK(p.received == 3);
+        CHECK(p.server_log.all() == "");
+    }
+    SECTION("TLS alone") {
+        secured_pair p(io, "", "", node, node);
+        CHECK_FALSE(p.round_trip(marked_payload(1000)));
+    }
+    SECTION("an eavesdropper on the path sees none of the payload under TLS, all of it without") {
+        const auto payload = marked_payload(256 << 10);
+        const std::string mark = payload.substr(0, 36);
+        {
+            secured_pair p(io, "job secret 1", "job secret 1", node, node);
+            tapped_relay tap(p.address);
+            CHECK_FALSE(p.round_trip(payload, tap.address()));
+            CHECK(tap.seen().size() > 2 * payload.size()); // both ways
+            CHECK(tap.seen().find(mark) == std::string::npos);
+        }
+        {
+            secured_pair p(io, "job secret 1", "job secret 1");
+            tapped_relay tap(p.address);
+            CHECK_FALSE(p.round_trip(payload, tap.address()));
+            CHECK(tap.seen().find(mark) != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("tcp_transport: a TLS listener refuses a peer without a certificate of the job's "
+          "authority, or without TLS, and logs why",
+          "[transport][tcp][tls][security]") {
+    io_threads io;
+    const auto node = petrel::test::tls_of();
+    SECTION("a stranger's certificate: the connect fails with tls_failed") {
+        secured_pair p(io, "job secret 1", "job secret 1", node,
+                       petrel::test::tls_of("stranger", "other_ca"));
+        CHECK(p.round_trip() == petrel::errc::tls_failed);
+        CHECK(p.received == 0);
+        CHECK(p.server_logged("refused a connection from 127.0.0.1"));
+    }
+    SECTION("a stranger that trusts the job's authority: refused by the listener") {
+        secured_pair p(io, "job secret 1", "job secret 1", node,
+                       petrel::test::tls_of("stranger", "ca"));
+        CHECK(p.round_trip() == petrel::errc::tls_failed);
+        CHECK(p.received == 0);
+        CHECK(p.server_logged("certificate"));
+    }
+    SECTION("a peer without TLS, with the secret: nothing reaches the listener") {
+        secured_pair p(io, "job secret 1", "job secret 1", node, {});
+        CHECK(p.round_trip());
+        CHECK(p.received == 0);
+        CHECK(p.server_logged("refused a connection from 127.0.0.1"));
+    }
+    SECTION("a peer without TLS or secret: its frames never reach the listener") {
+        secured_pair p(io, "", "", node, {});
+        CHECK(p.round_trip());
+        CHECK(p.received == 0);
+        CHECK(p.server_logged("refused a connection from 127.0.0.1"));
+    }
+    SECTION("a TLS peer at a listener without TLS: refused, and the listener says the peer "
+            "speaks TLS") {
+        secured_pair p(io, "", "", {}, node);
+        CHECK(p.round_trip());
+        CHECK(p.received == 0);
+        CHECK(p.server_logged("TLS"));
     }
 }
 

@@ -144,6 +144,15 @@ TEST_CASE("frame: invalid frames are refused with a precise error", "[wire]") {
         CHECK(feed_in_pieces(hello, 64).error == errc::auth_failed);
         CHECK(feed_in_pieces(hello, 1).error == errc::auth_failed); // byte by byte too
     }
+    SECTION("a TLS handshake record where a frame belongs") {
+        // The peer runs TLS (transport_options::tls) and this node does not: a ClientHello
+        // starts with the record type 0x16 and version 3.x.
+        std::vector<std::byte> client_hello{std::byte{0x16}, std::byte{0x03}, std::byte{0x01},
+                                            std::byte{0x00}, std::byte{0x80}};
+        client_hello.resize(133, std::byte{0});
+        CHECK(feed_in_pieces(client_hello, 64).error == errc::tls_failed);
+        CHECK(feed_in_pieces(client_hello, 1).error == errc::tls_failed);
+    }
     SECTION("another minor protocol version is accepted") {
         auto stream = frame_of(good);
         stream[3] = static_cast<std::byte>(protocol_minor + 1);

@@ -65,10 +65,11 @@ enum class errc : int {
     declaration_mismatch,
     // Authentication.
     auth_failed,
+    tls_failed,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::auth_failed;
+inline constexpr errc last_errc = errc::tls_failed;
 
 namespace detail {
 
@@ -198,6 +199,11 @@ public:
             return "the peer did not prove that it knows the job's secret, or this node does "
                    "not know it (a different secret file, none given, or a peer that is not a "
                    "node of this job): the connection is closed and nothing was exchanged";
+        case errc::tls_failed:
+            return "the TLS handshake failed: the peer showed no certificate signed by this "
+                   "node's authority (--tls-ca), or this node's was refused, or only one end "
+                   "uses TLS (give every node of the job --tls-cert, --tls-key and --tls-ca): "
+                   "the connection is closed and nothing was exchanged";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

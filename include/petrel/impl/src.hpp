@@ -28,4 +28,5 @@
 #include <petrel/server/impl/server_node.ipp>
 #include <petrel/transport/impl/credential.ipp>
 #include <petrel/transport/impl/handshake.ipp>
+#include <petrel/transport/impl/tcp_stream.ipp>
 #include <petrel/wire/impl/compression.ipp>

@@ -4,6 +4,7 @@
 #include <petrel/core/buffer_pool.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/transport/credential.hpp>
+#include <petrel/transport/tls_files.hpp>
 #include <petrel/wire/frame.hpp>
 #include <petrel/wire/message.hpp>
 
@@ -125,6 +126,12 @@ struct transport_options {
     /// sends the keys again when it refers to it. Zero: no budget beyond each
     /// connection's.
     std::uint64_t max_cached_key_bytes = std::uint64_t{1} << 30;
+    /// Mutual TLS (TCP only): every connection, accepted or made, first runs a TLS
+    /// handshake in which both ends show a certificate signed by `tls.authority`, then the
+    /// secret's handshake and all frames go through it (encrypted, integrity-checked). A
+    /// peer without such a certificate, or without TLS, is refused with `errc::tls_failed`
+    /// and logged. Every node of a job needs it or none. Empty: plain TCP.
+    tls_files tls{};
 };
 
 } // namespace petrel

@@ -9,6 +9,7 @@
 #include <petrel/transport/detail/completion.hpp>
 #include <petrel/transport/detail/handshake.hpp>
 #include <petrel/transport/detail/tcp_connection.hpp>
+#include <petrel/transport/detail/tcp_stream.hpp>
 #include <petrel/transport/transport.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -86,7 +87,18 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         if (opts.max_cached_key_bytes > 0) {
             budgets.key_lists = std::make_shared<byte_budget>(opts.max_cached_key_bytes);
         }
+        if (opts.tls.enabled()) {
+            tls = make_tls_context(opts.tls);
+        }
     }
+
+    /// `socket`, with TLS over it when the options ask for TLS (its handshake yet to run).
+    [[nodiscard]] tcp_stream wrap(asio::ip::tcp::socket socket) const {
+        return tls ? tcp_stream(std::move(socket), *tls) : tcp_stream(std::move(socket));
+    }
+
+    /// Whether a connection runs handshakes before it carries frames.
+    [[nodiscard]] bool shakes_hands() const noexcept { return tls || !opts.secret.empty(); }
 
     void log(log_level level, const std::string& text) const {
         if (opts.log) {
@@ -96,8 +108,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
 
     /// Wraps a connected socket, registers it and starts its loops; nullptr after close().
     /// An accepted connection holds its `ticket` until it goes.
-    std::shared_ptr<tcp_connection> adopt(asio::ip::tcp::socket socket, connection_handlers h,
-                                          bool accepted,
+    std::shared_ptr<tcp_connection> adopt(tcp_stream stream, connection_handlers h, bool accepted,
                                           std::shared_ptr<connection_ticket> ticket = {},
                                           access peer = access::full) {
         std::weak_ptr<tcp_transport_state> weak = weak_from_this();
@@ -110,7 +121,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
                 ticket->release();
             }
         };
-        auto conn = std::make_shared<tcp_connection>(std::move(socket), opts, std::move(h),
+        auto conn = std::make_shared<tcp_connection>(std::move(stream), opts, std::move(h),
                                                      std::move(forget), accepted, peer,
                                                      accepted ? budgets : shared_budgets{});
         {
@@ -149,14 +160,13 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
                 socket.close(ignored);
                 continue;
             }
-            if (self->opts.secret.empty()) {
-                self->adopt(std::move(socket), h, true, std::move(ticket));
+            if (!self->shakes_hands()) {
+                self->adopt(tcp_stream(std::move(socket)), h, true, std::move(ticket));
                 continue;
             }
-            auto pending = std::make_shared<asio::ip::tcp::socket>(std::move(socket));
+            auto pending = std::make_shared<tcp_stream>(self->wrap(std::move(socket)));
             if (!self->begin_handshake(pending)) {
-                std::error_code ignored;
-                pending->close(ignored);
+                pending->close();
                 continue;
             }
             asio::co_spawn(pending->get_executor(), admit(self, pending, h, std::move(ticket)),
@@ -212,7 +222,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     /// Registers an accepted socket whose handshake begins, so that `close` can end it;
     /// false (the socket is to be closed) once closed, or when `max_handshakes` run
     /// already.
-    bool begin_handshake(const std::shared_ptr<asio::ip::tcp::socket>& socket) {
+    bool begin_handshake(const std::shared_ptr<tcp_stream>& socket) {
         std::string line;
         {
             std::lock_guard lock(mutex);
@@ -230,27 +240,33 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         return false;
     }
 
-    /// Runs the acceptor's end of the handshake on `socket`, then serves it as an
-    /// accepted connection; a peer that fails it is closed after `auth_failure_delay`.
+    /// Runs the acceptor's end of the handshakes on `socket` (TLS, then the secret's),
+    /// then serves it as an accepted connection; a peer that fails the secret's is closed
+    /// after `auth_failure_delay`.
     static asio::awaitable<void> admit(std::shared_ptr<tcp_transport_state> self,
-                                       std::shared_ptr<asio::ip::tcp::socket> socket,
-                                       connection_handlers h,
+                                       std::shared_ptr<tcp_stream> socket, connection_handlers h,
                                        std::shared_ptr<connection_ticket> ticket) {
         std::error_code ec;
         access granted = access::full;
         std::string who = "a peer";
-        if (const auto ep = socket->remote_endpoint(ec); !ec) {
+        if (const auto ep = socket->socket().remote_endpoint(ec); !ec) {
             who = ep.address().to_string() + ":" + std::to_string(ep.port());
         }
+        std::string reason;
         try {
-            ec = co_await authenticate(*socket, self->opts.secret, false,
-                                       self->opts.handshake_timeout, self->opts.credential,
-                                       &granted);
+            if (self->tls) {
+                ec = co_await tls_handshake(*socket, false, self->opts.handshake_timeout, &reason);
+            }
+            if (!ec && !self->opts.secret.empty()) {
+                ec = co_await authenticate(*socket, self->opts.secret, false,
+                                           self->opts.handshake_timeout, self->opts.credential,
+                                           &granted);
+            }
         } catch (const std::exception&) {
             ec = errc::auth_failed;
         }
         if (ec && ec != asio::error::operation_aborted) {
-            self->note_refusal(who, ec.message());
+            self->note_refusal(who, reason.empty() ? ec.message() : reason + ": " + ec.message());
             if (ec == errc::auth_failed) {
                 asio::steady_timer pause(socket->get_executor(), self->opts.auth_failure_delay);
                 std::error_code ignored;
@@ -262,8 +278,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             self->handshakes.erase(socket.get());
         }
         if (ec) {
-            std::error_code ignored;
-            socket->close(ignored);
+            socket->close();
             co_return;
         }
         self->adopt(std::move(*socket), std::move(h), true, std::move(ticket), granted);
@@ -325,9 +340,10 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         if (ec) {
             co_return std::pair{ec, connection_ptr{}};
         }
-        if (!self->opts.secret.empty()) {
+        std::shared_ptr<tcp_stream> shaking;
+        if (self->shakes_hands()) {
             // Registered like an accepted socket's handshake, so that close() ends it.
-            auto shaking = std::make_shared<asio::ip::tcp::socket>(std::move(socket));
+            shaking = std::make_shared<tcp_stream>(self->wrap(std::move(socket)));
             {
                 std::lock_guard lock(self->mutex);
                 if (self->closed) {
@@ -336,8 +352,13 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
                 self->handshakes.emplace(shaking.get(), shaking);
             }
             try {
-                ec = co_await authenticate(*shaking, self->opts.secret, true,
-                                           self->opts.handshake_timeout, self->opts.credential);
+                if (self->tls) {
+                    ec = co_await tls_handshake(*shaking, true, self->opts.handshake_timeout);
+                }
+                if (!ec && !self->opts.secret.empty()) {
+                    ec = co_await authenticate(*shaking, self->opts.secret, true,
+                                               self->opts.handshake_timeout, self->opts.credential);
+                }
             } catch (const std::exception&) {
                 ec = errc::auth_failed;
             }
@@ -348,9 +369,9 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             if (ec) {
                 co_return std::pair{ec, connection_ptr{}};
             }
-            socket = std::move(*shaking);
         }
-        auto conn = self->adopt(std::move(socket), std::move(h), false);
+        auto conn = self->adopt(shaking ? std::move(*shaking) : tcp_stream(std::move(socket)),
+                                std::move(h), false);
         if (!conn) {
             co_return std::pair{make_error_code(errc::shut_down), connection_ptr{}};
         }
@@ -360,7 +381,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     void close() {
         std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> acc;
         std::vector<std::shared_ptr<tcp_connection>> conns;
-        std::vector<std::shared_ptr<asio::ip::tcp::socket>> shaking;
+        std::vector<std::shared_ptr<tcp_stream>> shaking;
         {
             std::lock_guard lock(mutex);
             if (closed) {
@@ -389,10 +410,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
             c->close();
         }
         for (auto& s : shaking) {
-            asio::post(s->get_executor(), [s] {
-                std::error_code ignored;
-                s->close(ignored);
-            });
+            asio::post(s->get_executor(), [s] { s->close(); });
         }
     }
 
@@ -408,7 +426,9 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     std::unordered_map<tcp_connection*, std::weak_ptr<tcp_connection>> connections;
     /// Sockets in their handshake, accepted or connecting (both count towards
     /// `max_handshakes` when a listener accepts).
-    std::unordered_map<asio::ip::tcp::socket*, std::weak_ptr<asio::ip::tcp::socket>> handshakes;
+    std::unordered_map<tcp_stream*, std::weak_ptr<tcp_stream>> handshakes;
+    /// Mutual TLS on every connection (`transport_options::tls`), or none.
+    std::shared_ptr<asio::ssl::context> tls;
     detail::log_throttle refusals;
     // What the accepted connections draw on together (`max_receiving_bytes`,
     // `max_cached_key_bytes`).

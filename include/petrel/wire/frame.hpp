@@ -173,6 +173,11 @@ parse_envelope(std::span<const std::byte> bytes, const wire_limits& limits, fram
     if (!r.byte(b0)) {
         return {};
     }
+    if (b0 == 0x16) {
+        // A TLS handshake record where a frame belongs: the peer uses TLS, this node does
+        // not (transport_options::tls).
+        return errc::tls_failed;
+    }
     if (b0 != (detail::envelope_magic & 0xFF)) {
         return errc::bad_magic;
     }

@@ -2,10 +2,13 @@
 
 #include <petrel/core/error.hpp>
 
+#include "support/tls.hpp"
+
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
+#include <asio/ssl/context.hpp>
 #include <asio/strand.hpp>
 #include <asio/use_future.hpp>
 #include <asio/write.hpp>
@@ -28,24 +31,31 @@ using petrel::detail::make_proof;
 
 namespace {
 
-/// Two connected loopback sockets, each on its own strand of `io`.
+using petrel::detail::tcp_stream;
+
+/// Two connected loopback streams, each on its own strand of `io` (with TLS over them
+/// when `tls` is given, their TLS handshakes yet to run).
 struct socket_pair {
-    asio::ip::tcp::socket a;
-    asio::ip::tcp::socket b;
+    tcp_stream a;
+    tcp_stream b;
 };
 
-socket_pair connected(asio::io_context& io) {
+socket_pair connected(asio::io_context& io, asio::ssl::context* a_tls = nullptr,
+                      asio::ssl::context* b_tls = nullptr) {
     asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
     asio::ip::tcp::socket a(asio::make_strand(io));
     asio::ip::tcp::socket b(asio::make_strand(io));
     a.connect(acceptor.local_endpoint());
     acceptor.accept(b);
-    return {std::move(a), std::move(b)};
+    auto wrap = [](asio::ip::tcp::socket s, asio::ssl::context* tls) {
+        return tls ? tcp_stream(std::move(s), *tls) : tcp_stream(std::move(s));
+    };
+    return {wrap(std::move(a), a_tls), wrap(std::move(b), b_tls)};
 }
 
 /// The outcome of running the handshake on `s` in the background.
-std::future<std::error_code> shake(asio::ip::tcp::socket& s, const std::string& secret,
-                                   bool initiator, std::chrono::milliseconds timeout = 5s,
+std::future<std::error_code> shake(tcp_stream& s, const std::string& secret, bool initiator,
+                                   std::chrono::milliseconds timeout = 5s,
                                    petrel::access credential = petrel::access::full,
                                    petrel::access* granted = nullptr) {
     return asio::co_spawn(
@@ -87,9 +97,9 @@ struct both_ends {
     /// Whether the stream is in step: what the initiator writes next, the acceptor reads
     /// first.
     bool in_step() {
-        asio::write(s.a, asio::buffer("next", 4));
+        asio::write(s.a.socket(), asio::buffer("next", 4));
         std::array<char, 4> got{};
-        asio::read(s.b, asio::buffer(got));
+        asio::read(s.b.socket(), asio::buffer(got));
         return std::string(got.data(), 4) == "next";
     }
 };
@@ -198,7 +208,7 @@ TEST_CASE("handshake: a peer that is no Petrel node, or says nothing, fails in t
         std::thread runner([&] { io.run(); });
         std::array<char, auth_hello::bytes> junk{};
         junk.fill('G');
-        asio::write(a, asio::buffer(junk));
+        asio::write(a.socket(), asio::buffer(junk));
         CHECK(fb.get() == petrel::errc::auth_failed);
         runner.join();
     }
@@ -217,9 +227,9 @@ TEST_CASE("handshake: a peer that is no Petrel node, or says nothing, fails in t
         auto fb = shake(b, "secret", true);
         std::thread runner([&] { io.run(); });
         const auto hello = auth_hello::fresh().encode();
-        asio::write(a, asio::buffer(hello));
+        asio::write(a.socket(), asio::buffer(hello));
         std::array<std::byte, auth_hello::bytes> theirs{};
-        asio::read(a, asio::buffer(theirs));
+        asio::read(a.socket(), asio::buffer(theirs));
         a.close();
         CHECK(fb.get() == petrel::errc::auth_failed);
         runner.join();
@@ -233,6 +243,146 @@ TEST_CASE("handshake: a peer that is no Petrel node, or says nothing, fails in t
         CHECK(fb.get() == petrel::errc::timed_out);
         CHECK(std::chrono::steady_clock::now() - t0 < 5s);
         runner.join();
-        CHECK_FALSE(b.is_open());
+        CHECK_FALSE(b.socket().is_open());
+    }
+}
+
+namespace {
+
+/// Both ends' TLS handshakes (a the client), then the secret's over TLS when `secret` is
+/// given, run to their ends.
+struct tls_ends {
+    asio::io_context io;
+    socket_pair s;
+    std::error_code client;
+    std::error_code server;
+    std::string client_reason;
+    std::string server_reason;
+
+    tls_ends(asio::ssl::context& a, asio::ssl::context& b, const std::string& secret = "")
+        : s(connected(io, &a, &b)) {
+        auto run = [secret](tcp_stream& end, bool initiator,
+                            std::string* reason) -> asio::awaitable<std::error_code> {
+            auto ec = co_await petrel::detail::tls_handshake(end, initiator, 5s, reason);
+            if (ec) {
+                end.close(); // as the transport does
+            } else if (!secret.empty()) {
+                ec = co_await petrel::detail::authenticate(end, secret, initiator, 5s);
+            }
+            co_return ec;
+        };
+        auto fa =
+            asio::co_spawn(s.a.get_executor(), run(s.a, true, &client_reason), asio::use_future);
+        auto fb =
+            asio::co_spawn(s.b.get_executor(), run(s.b, false, &server_reason), asio::use_future);
+        std::thread runner([&] { io.run(); });
+        server = fb.get();
+        client = fa.get();
+        runner.join();
+    }
+
+    /// What the client sends through TLS, the server reads; the socket carries other bytes.
+    bool in_step() {
+        const std::string text = "frames go through TLS";
+        asio::write(*s.a.tls(), asio::buffer(text));
+        std::string got(text.size(), '\0');
+        asio::read(*s.b.tls(), asio::buffer(got));
+        return got == text;
+    }
+};
+
+} // namespace
+
+TEST_CASE("handshake: TLS: two nodes whose certificates one authority signed verify each "
+          "other, and the secret's handshake runs through TLS",
+          "[transport][auth][tls][security]") {
+    const auto a = petrel::detail::make_tls_context(petrel::test::tls_of());
+    const auto b = petrel::detail::make_tls_context(petrel::test::tls_of());
+    SECTION("TLS alone") {
+        tls_ends h(*a, *b);
+        CHECK_FALSE(h.client);
+        CHECK_FALSE(h.server);
+        CHECK(h.in_step());
+    }
+    SECTION("TLS, then the secret") {
+        tls_ends h(*a, *b, "s3cret-of-the-job");
+        CHECK_FALSE(h.client);
+        CHECK_FALSE(h.server);
+        CHECK(h.in_step());
+    }
+}
+
+TEST_CASE("handshake: TLS refuses a peer whose certificate another authority signed, or that "
+          "has none, or speaks no TLS",
+          "[transport][auth][tls][security]") {
+    const auto ours = petrel::detail::make_tls_context(petrel::test::tls_of());
+    SECTION("a stranger's certificate: refused by both ends, with OpenSSL's reason") {
+        // The stranger trusts its own authority only: each end refuses the other's.
+        const auto stranger =
+            petrel::detail::make_tls_context(petrel::test::tls_of("stranger", "other_ca"));
+        tls_ends h(*stranger, *ours);
+        CHECK(h.client == petrel::errc::tls_failed);
+        CHECK(h.server == petrel::errc::tls_failed);
+        CHECK_FALSE(h.client_reason.empty());
+        CHECK_FALSE(h.server_reason.empty());
+    }
+    SECTION("a stranger that trusts our authority is still refused by the server") {
+        const auto stranger =
+            petrel::detail::make_tls_context(petrel::test::tls_of("stranger", "ca"));
+        tls_ends h(*stranger, *ours);
+        CHECK(h.server == petrel::errc::tls_failed);
+        CHECK_THAT(h.server_reason, Catch::Contains("certificate"));
+        // (Under TLS 1.3 the client may finish its handshake before the server's refusal
+        // arrives: it learns of it as it reads next.)
+    }
+    SECTION("a client without a certificate") {
+        asio::ssl::context bare(asio::ssl::context::tls);
+        bare.set_verify_mode(asio::ssl::verify_none);
+        tls_ends h(bare, *ours);
+        CHECK(h.server == petrel::errc::tls_failed);
+    }
+    SECTION("under TLS 1.3 a client refused by the server learns it in the secret's handshake") {
+        const auto stranger =
+            petrel::detail::make_tls_context(petrel::test::tls_of("stranger", "ca"));
+        tls_ends h(*stranger, *ours, "s3cret-of-the-job");
+        CHECK(h.server == petrel::errc::tls_failed);
+        CHECK(h.client == petrel::errc::tls_failed);
+    }
+    SECTION("a peer that speaks no TLS: its hello is no TLS record") {
+        asio::io_context io;
+        auto [a, b] = connected(io, nullptr, ours.get());
+        std::string reason;
+        auto fb =
+            asio::co_spawn(b.get_executor(), petrel::detail::tls_handshake(b, false, 5s, &reason),
+                           asio::use_future);
+        std::thread runner([&] { io.run(); });
+        const auto hello = auth_hello::fresh().encode();
+        asio::write(a.socket(), asio::buffer(hello));
+        CHECK(fb.get() == petrel::errc::tls_failed);
+        CHECK_FALSE(reason.empty());
+        runner.join();
+    }
+    SECTION("silence: the handshake ends at its timeout and closes the socket") {
+        asio::io_context io;
+        auto [a, b] = connected(io, nullptr, ours.get());
+        auto fb = asio::co_spawn(b.get_executor(), petrel::detail::tls_handshake(b, false, 200ms),
+                                 asio::use_future);
+        std::thread runner([&] { io.run(); });
+        CHECK(fb.get() == petrel::errc::timed_out);
+        runner.join();
+        CHECK_FALSE(b.socket().is_open());
+    }
+    SECTION("a peer that closes before a word of TLS: a closed connection") {
+        asio::io_context io;
+        auto [a, b] = connected(io, ours.get(), nullptr);
+        auto fa = asio::co_spawn(a.get_executor(), petrel::detail::tls_handshake(a, true, 5s),
+                                 asio::use_future);
+        std::thread runner([&] { io.run(); });
+        std::array<char, 512> sink{};
+        std::error_code ec;
+        b.socket().read_some(asio::buffer(sink), ec); // the client's hello
+        b.close();
+        CHECK(fa.get() == petrel::errc::connection_closed);
+        runner.join();
     }
 }

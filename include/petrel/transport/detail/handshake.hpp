@@ -4,9 +4,9 @@
 
 #include <petrel/core/config.hpp>
 #include <petrel/transport/credential.hpp>
+#include <petrel/transport/detail/tcp_stream.hpp>
 
 #include <asio/awaitable.hpp>
-#include <asio/ip/tcp.hpp>
 
 #include <array>
 #include <chrono>
@@ -59,21 +59,31 @@ using auth_proof = std::array<std::byte, 32>;
                                            const auth_hello& theirs, const auth_hello& ours,
                                            const auth_proof& got);
 
-/// Runs the handshake on a connected `socket` as the initiator (the connecting end) or
-/// the acceptor, within `timeout` (the socket is closed when it runs out). The secret is
-/// copied into the operation: the caller need not keep it alive. `credential` says what
-/// the secret is: an acceptor with the job's secret (`access::full`) also admits an
-/// initiator that proves the reader's credential made from it (`reader_credential`),
-/// and then proves that credential itself; `*granted`, when given, is set to what the
-/// peer proved once it succeeded. Completes with
-/// no error once both ends proved the secret; with `errc::auth_failed` when the peer's
-/// hello or proof is wrong, or it closes after its hello; with `errc::connection_closed`
+/// Runs the handshake on a connected `stream` (over TLS once its handshake ran) as the initiator
+/// (the connecting end) or the acceptor, within `timeout` (the stream is closed when it runs out).
+/// The secret is copied into the operation: the caller need not keep it alive. `credential` says
+/// what the secret is: an acceptor with the job's secret (`access::full`) also admits an initiator
+/// that proves the reader's credential made from it (`reader_credential`), and then proves that
+/// credential itself; `*granted`, when given, is set to what the peer proved once it succeeded.
+/// Completes with no error once both ends proved the secret; with `errc::auth_failed` when the
+/// peer's hello or proof is wrong, or it closes after its hello; with `errc::connection_closed`
 /// when it closes before its hello; with `errc::timed_out`, or the socket's error,
 /// otherwise.
 [[nodiscard]] PETREL_DECL asio::awaitable<std::error_code>
-authenticate(asio::ip::tcp::socket& socket, std::string secret, bool initiator,
+authenticate(tcp_stream& stream, std::string secret, bool initiator,
              std::chrono::milliseconds timeout, access credential = access::full,
              access* granted = nullptr);
+
+/// Runs the TLS handshake of a `stream` made with TLS, as the client (`initiator`, the
+/// connecting end) or the server, within `timeout` (the stream is closed when it runs
+/// out). Completes with no error once both ends verified each other's certificate; with
+/// `errc::tls_failed` when TLS refused the peer or the peer refused this end (OpenSSL's
+/// reason in `*reason`, when given); with `errc::connection_closed` when the peer closed
+/// without a word of TLS (a listener at its connection limit, or a node without TLS); with
+/// `errc::timed_out`, or the socket's error, otherwise.
+[[nodiscard]] PETREL_DECL asio::awaitable<std::error_code>
+tls_handshake(tcp_stream& stream, bool initiator, std::chrono::milliseconds timeout,
+              std::string* reason = nullptr);
 
 } // namespace petrel::detail
 

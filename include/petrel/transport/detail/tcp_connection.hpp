@@ -5,6 +5,7 @@
 #include <petrel/core/error.hpp>
 #include <petrel/transport/connection.hpp>
 #include <petrel/transport/detail/handshake.hpp>
+#include <petrel/transport/detail/tcp_stream.hpp>
 #include <petrel/wire/frame_decoder.hpp>
 
 #include <asio/buffer.hpp>
@@ -49,12 +50,12 @@ public:
     /// reads when its send queue is full: its peer sends requests and must read the
     /// replies, while the connecting end always reads (its replies free memory), so two
     /// ends can never wait for each other.
-    tcp_connection(asio::ip::tcp::socket socket, const transport_options& opts,
-                   connection_handlers handlers, std::function<void(tcp_connection*)> on_gone,
-                   bool accepted, access peer = access::full, shared_budgets budgets = {})
-        : socket_(std::move(socket)), wake_(socket_.get_executor()),
-          drained_(socket_.get_executor()), budget_freed_(socket_.get_executor()),
-          watchdog_(socket_.get_executor()), receive_budget_(std::move(budgets.receiving)),
+    tcp_connection(tcp_stream stream, const transport_options& opts, connection_handlers handlers,
+                   std::function<void(tcp_connection*)> on_gone, bool accepted,
+                   access peer = access::full, shared_budgets budgets = {})
+        : stream_(std::move(stream)), wake_(stream_.get_executor()),
+          drained_(stream_.get_executor()), budget_freed_(stream_.get_executor()),
+          watchdog_(stream_.get_executor()), receive_budget_(std::move(budgets.receiving)),
           frame_timeout_(opts.frame_timeout), min_receive_rate_(opts.min_receive_rate),
           idle_timeout_(accepted ? opts.idle_timeout : std::chrono::milliseconds{0}),
           max_queued_bytes_(accepted ? opts.max_send_queue_bytes
@@ -65,9 +66,9 @@ public:
             decoder_.share_key_cache_budget(std::move(budgets.key_lists));
         }
         std::error_code ec;
-        socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-        socket_.non_blocking(true, ec);
-        const auto ep = socket_.remote_endpoint(ec);
+        stream_.socket().set_option(asio::ip::tcp::no_delay(true), ec);
+        stream_.socket().non_blocking(true, ec);
+        const auto ep = stream_.socket().remote_endpoint(ec);
         remote_ =
             ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
     }
@@ -76,17 +77,17 @@ public:
         if (receive_budget_) {
             decoder_.share_budget(receive_budget_, [weak = weak_from_this()] {
                 if (auto self = weak.lock()) {
-                    asio::post(self->socket_.get_executor(), [self] {
+                    asio::post(self->stream_.get_executor(), [self] {
                         self->budget_was_freed_ = true;
                         self->budget_freed_.cancel();
                     });
                 }
             });
         }
-        asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached);
-        asio::co_spawn(socket_.get_executor(), write_loop(shared_from_this()), asio::detached);
+        asio::co_spawn(stream_.get_executor(), read_loop(shared_from_this()), asio::detached);
+        asio::co_spawn(stream_.get_executor(), write_loop(shared_from_this()), asio::detached);
         if (frame_timeout_.count() > 0 || idle_timeout_.count() > 0) {
-            asio::co_spawn(socket_.get_executor(), watch(shared_from_this()), asio::detached);
+            asio::co_spawn(stream_.get_executor(), watch(shared_from_this()), asio::detached);
         }
     }
 
@@ -131,7 +132,7 @@ public:
             inbox_posted_ = true;
         }
         if (post) {
-            asio::post(socket_.get_executor(), [self = shared_from_this()] {
+            asio::post(stream_.get_executor(), [self = shared_from_this()] {
                 {
                     std::lock_guard lock(self->inbox_mutex_);
                     self->inbox_posted_ = false;
@@ -143,7 +144,7 @@ public:
     }
 
     void close() override {
-        asio::post(socket_.get_executor(),
+        asio::post(stream_.get_executor(),
                    [self = shared_from_this()] { self->finish(errc::shut_down); });
     }
 
@@ -269,17 +270,23 @@ private:
 
     /// On the strand. When the write loop is idle, writes what is queued at once without
     /// blocking (most bursts of small messages leave here in a few system calls, without
-    /// waking the loop); what the socket does not take is left to the write loop.
+    /// waking the loop); what the socket does not take is left to the write loop. Under
+    /// TLS the write loop writes everything (a TLS record cannot be written in part
+    /// without blocking and then taken back).
     void flush() {
         watch_writes();
         if (closed_ || writing_ || queue_.empty()) {
+            return;
+        }
+        if (stream_.tls() != nullptr) {
+            wake_.cancel_one();
             return;
         }
         std::error_code ec;
         std::size_t n = 0;
         do {
             gather(buffers_);
-            n = socket_.write_some(buffers_, ec);
+            n = stream_.socket().write_some(buffers_, ec);
             if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
                 // Not finish() here: that would run completions inside a sender's call.
                 // The write loop meets the same error and ends the connection.
@@ -426,7 +433,7 @@ private:
             std::size_t n = 0; // frames held back by the last read are handled first
             if (!decoder_.held() && !decoder_.waiting_for_budget()) {
                 const auto buf = decoder_.buffer();
-                n = co_await socket_.async_read_some(asio::buffer(buf.data(), buf.size()),
+                n = co_await stream_.async_read_some(asio::buffer(buf.data(), buf.size()),
                                                      asio::redirect_error(asio::use_awaitable, ec));
                 if (ec) {
                     finish(ec == asio::error::eof ? make_error_code(errc::connection_closed) : ec);
@@ -549,7 +556,7 @@ private:
             const auto hello = auth_hello::fresh().encode();
             std::error_code ignored;
             writing_ = true; // flush() leaves the socket alone meanwhile
-            co_await asio::async_write(socket_, asio::buffer(hello),
+            co_await asio::async_write(stream_, asio::buffer(hello),
                                        asio::redirect_error(asio::use_awaitable, ignored));
             writing_ = false;
         } catch (const std::exception&) {
@@ -574,7 +581,7 @@ private:
             std::error_code ec;
             // What the socket takes now, not all of it: each write's progress counts for
             // the peer's write deadline (see `watch_writes`).
-            const std::size_t n = co_await socket_.async_write_some(
+            const std::size_t n = co_await stream_.async_write_some(
                 buffers, asio::redirect_error(asio::use_awaitable, ec));
             writing_ = false;
             if (ec) {
@@ -594,9 +601,7 @@ private:
         }
         closed_ = true;
         open_ = false;
-        std::error_code ignored;
-        socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-        socket_.close(ignored);
+        stream_.close();
         wake_.cancel();
         drained_.cancel();
         budget_freed_.cancel();
@@ -619,7 +624,7 @@ private:
         }
     }
 
-    asio::ip::tcp::socket socket_;
+    tcp_stream stream_;
     asio::steady_timer wake_;         // wakes the write loop
     asio::steady_timer drained_;      // wakes a read loop held back by a full send queue
     asio::steady_timer budget_freed_; // wakes a read loop waiting for the receive budget

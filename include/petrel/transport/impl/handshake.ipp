@@ -10,6 +10,8 @@
 #include <asio/error.hpp>
 #include <asio/read.hpp>
 #include <asio/redirect_error.hpp>
+#include <asio/ssl/error.hpp>
+#include <asio/ssl/stream_base.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
@@ -83,30 +85,41 @@ namespace handshake_steps {
 /// handler and the handshake run on the socket's strand; `state` says whether the
 /// handshake still runs (0), ended (1) or ran out of time (2).
 struct close_on_timeout {
-    asio::ip::tcp::socket* socket;
+    tcp_stream* stream;
     std::shared_ptr<int> state;
     void operator()(std::error_code e) const {
         if (!e && *state == 0) {
             *state = 2;
-            std::error_code ignored;
-            socket->close(ignored);
+            stream->close();
         }
     }
 };
 
+/// The peer closed (under TLS, without a close_notify: the stream is cut short).
+[[nodiscard]] inline bool closed(std::error_code ec) {
+    return ec == asio::error::eof || ec == asio::error::connection_reset ||
+           ec == asio::ssl::error::stream_truncated;
+}
+
+/// Whether `ec` comes from TLS (the peer's certificate or its alert; a closed stream is
+/// `closed` first).
+[[nodiscard]] inline bool from_tls(std::error_code ec) {
+    return ec.category() == asio::error::get_ssl_category() ||
+           ec.category() == asio::ssl::error::get_stream_category();
+}
+
 /// The handshake's outcome `ec`, or `errc::timed_out` when its time ran out; stops the
-/// timer.
+/// timer. A TLS error (under TLS 1.3 a client learns that the server refused its
+/// certificate only as it reads next, here in the secret's handshake) is `tls_failed`.
 inline std::error_code end(int& state, asio::steady_timer& deadline, std::error_code ec) {
     if (state == 2) {
         ec = errc::timed_out;
+    } else if (from_tls(ec) && !closed(ec)) {
+        ec = errc::tls_failed;
     }
     state = 1;
     deadline.cancel();
     return ec;
-}
-
-[[nodiscard]] inline bool closed(std::error_code ec) {
-    return ec == asio::error::eof || ec == asio::error::connection_reset;
 }
 
 /// A peer that sent its hello and then closes instead of answering did not prove the
@@ -125,8 +138,8 @@ inline std::error_code gone(std::error_code ec) {
 
 } // namespace handshake_steps
 
-PETREL_DECL asio::awaitable<std::error_code> authenticate(asio::ip::tcp::socket& socket,
-                                                          std::string secret, bool initiator,
+PETREL_DECL asio::awaitable<std::error_code> authenticate(tcp_stream& socket, std::string secret,
+                                                          bool initiator,
                                                           std::chrono::milliseconds timeout,
                                                           access credential, access* granted) {
     using handshake_steps::refused;
@@ -192,6 +205,28 @@ PETREL_DECL asio::awaitable<std::error_code> authenticate(asio::ip::tcp::socket&
                                asio::redirect_error(asio::use_awaitable, ec));
     if (!ec && granted != nullptr) {
         *granted = peer;
+    }
+    co_return handshake_steps::end(*state, deadline, ec);
+}
+
+PETREL_DECL asio::awaitable<std::error_code> tls_handshake(tcp_stream& stream, bool initiator,
+                                                           std::chrono::milliseconds timeout,
+                                                           std::string* reason) {
+    auto state = std::make_shared<int>(0);
+    asio::steady_timer deadline(stream.get_executor(), timeout);
+    deadline.async_wait(handshake_steps::close_on_timeout{&stream, state});
+    std::error_code ec;
+    if (stream.tls() == nullptr) {
+        ec = make_error_code(errc::invalid_argument); // a stream without TLS
+    } else {
+        co_await stream.tls()->async_handshake(initiator ? asio::ssl::stream_base::client
+                                                         : asio::ssl::stream_base::server,
+                                               asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (handshake_steps::closed(ec)) {
+        ec = make_error_code(errc::connection_closed);
+    } else if (handshake_steps::from_tls(ec) && *state != 2 && reason != nullptr) {
+        *reason = ec.message();
     }
     co_return handshake_steps::end(*state, deadline, ec);
 }
