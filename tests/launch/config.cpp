@@ -860,6 +860,39 @@ TEST_CASE("config: the job's secret comes from a file or PETREL_SECRET, never sh
     }
 }
 
+TEST_CASE("config: --tls-cert, --tls-key and --tls-ca come together, from the command line, the "
+          "environment or the program",
+          "[launch][security][tls]") {
+    CHECK_FALSE(resolve_with({}).tls.enabled());
+    const auto s =
+        resolve_with({}, {"--tls-cert", "n.pem", "--tls-key=n.key", "--tls-ca", "ca.pem"});
+    CHECK(s.tls.certificate == "n.pem");
+    CHECK(s.tls.private_key == "n.key");
+    CHECK(s.tls.authority == "ca.pem");
+    const auto e = resolve_with(
+        {}, {},
+        {{"PETREL_TLS_CERT", "a.pem"}, {"PETREL_TLS_KEY", "a.key"}, {"PETREL_TLS_CA", "c"}});
+    CHECK(e.tls.certificate == "a.pem");
+    CHECK(e.tls.authority == "c");
+    config program;
+    program.tls_cert = "p.pem";
+    program.tls_key = "p.key";
+    program.tls_ca = "p-ca.pem";
+    CHECK_THAT(resolve_error(program, {"--tls-cert", "cl.pem"}), Catch::Contains("disagree"));
+    CHECK(resolve_with(program).tls.private_key == "p.key");
+
+    CHECK_THAT(resolve_error({}, {"--tls-cert", "n.pem"}), Catch::Contains("--tls-cert") &&
+                                                               Catch::Contains("--tls-key") &&
+                                                               Catch::Contains("--tls-ca"));
+    CHECK_THAT(resolve_error({}, {}, {{"PETREL_TLS_CA", "ca.pem"}, {"PETREL_TLS_KEY", "k"}}),
+               Catch::Contains("given alone"));
+    CHECK_THAT(resolve_error({}, {"--tls-cert=", "--tls-key", "k", "--tls-ca", "c"}),
+               Catch::Contains("empty"));
+    CHECK_THAT(petrel::usage("train"), Catch::Contains("--tls-cert FILE") &&
+                                           Catch::Contains("PETREL_TLS_KEY") &&
+                                           Catch::Contains("PETREL_TLS_CA"));
+}
+
 TEST_CASE("config: --insecure is a flag, from the command line, the environment or the program",
           "[launch][security]") {
     CHECK_FALSE(resolve_with({}).insecure);

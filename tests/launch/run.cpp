@@ -3,6 +3,7 @@
 #include "support/cluster.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "support/tls.hpp"
 
 #include <petrel/kv_store.hpp>
 
@@ -485,6 +486,110 @@ TEST_CASE("run: a process declaring another update rule fails at join, naming ta
     CHECK_THAT(all, Catch::Contains("could not join: table 0: update rule is ") &&
                         Catch::Contains("sgd{eta=0.01,l1=0,l2=0}") &&
                         Catch::Contains("adagrad{eta=0.1,epsilon=1e-08,initial_accumulator=0}"));
+}
+
+TEST_CASE("run: a job under mutual TLS trains exactly, and a peer without a certificate of the "
+          "job's authority is refused and changes nothing",
+          "[cluster][launch][security][tls]") {
+    // Two ranks of one launched job in this process, each node's connections under TLS and
+    // the secret. While they train, hostile peers that hold the secret try the manager.
+    const auto root = "127.0.0.1:" + std::to_string(petrel::test::free_port());
+    struct rank_run {
+        std::mutex mutex;
+        std::string logged;
+        int status = -1;
+    };
+    std::array<rank_run, 2> ranks;
+    tally t;
+    std::atomic<int> refused{0};
+    auto try_as_stranger = [&](petrel::tls_files tls) {
+        asio::io_context io;
+        petrel::tcp_transport hostile(
+            io.get_executor(),
+            {.log = nullptr, .secret = petrel::test::job_secret(), .tls = std::move(tls)});
+        auto connected = hostile.async_connect(root, {}, asio::use_future);
+        auto work = asio::make_work_guard(io);
+        std::thread runner([&io] { io.run(); });
+        if (connected.wait_for(10s) == std::future_status::ready) {
+            try {
+                connected.get()->close(); // not refused: counted as such
+            } catch (const std::system_error&) {
+                ++refused;
+            }
+        }
+        hostile.close();
+        work.reset();
+        io.stop();
+        runner.join();
+    };
+    auto start = [&](std::uint32_t rank, const char* roles) {
+        const auto env =
+            petrel::map_environment({{"PETREL_RANK", std::to_string(rank)},
+                                     {"PETREL_SIZE", "2"},
+                                     {"PETREL_ROOT", root},
+                                     {"PETREL_ROLES", roles},
+                                     {"PETREL_SERVERS", "2"},
+                                     {"PETREL_WORKERS", "2"},
+                                     {"PETREL_JOB_ID", "tls"},
+                                     {"PETREL_SECRET", petrel::test::job_secret()},
+                                     {"PETREL_TLS_CERT", petrel::test::tls_path("node.pem")},
+                                     {"PETREL_TLS_KEY", petrel::test::tls_path("node.key")},
+                                     {"PETREL_TLS_CA", petrel::test::tls_path("ca.pem")}});
+        const char* argv[] = {"trainer"};
+        const auto s = petrel::resolve(quick_heartbeats(), 1, argv, env);
+        REQUIRE(s.tls.enabled());
+        auto& r = ranks[rank];
+        return std::thread([&r, &t, &try_as_stranger, s] {
+            r.status = petrel::run(
+                s,
+                [&](petrel::worker_node& w) {
+                    if (w.rank() == 0) {
+                        try_as_stranger(petrel::test::tls_of("stranger", "other_ca"));
+                        try_as_stranger(petrel::test::tls_of("stranger", "ca"));
+                        try_as_stranger({}); // no TLS
+                    }
+                    exact_sums(w, t);
+                },
+                [&r](petrel::log_level, std::string_view text) {
+                    std::lock_guard lock(r.mutex);
+                    r.logged += std::string(text) + "\n";
+                });
+        });
+    };
+    auto first = start(0, "manager,server,worker");
+    auto second = start(1, "server,worker");
+    first.join();
+    second.join();
+    const std::string all = ranks[0].logged + ranks[1].logged;
+    INFO(all);
+    CHECK(ranks[0].status == petrel::run_ok);
+    CHECK(ranks[1].status == petrel::run_ok);
+    CHECK(t.workers == 2);
+    CHECK(t.checked > 0);
+    CHECK(t.mismatches == 0);
+    CHECK(refused == 3);
+    CHECK_THAT(ranks[0].logged, Catch::Contains("refused a connection from 127.0.0.1"));
+}
+
+TEST_CASE("run: TLS files that cannot be used stop the process before it starts",
+          "[launch][security][tls]") {
+    const auto env =
+        petrel::map_environment({{"PETREL_RANK", "0"},
+                                 {"PETREL_SIZE", "2"},
+                                 {"PETREL_ROOT", "127.0.0.1:1"},
+                                 {"PETREL_SECRET", petrel::test::job_secret()},
+                                 {"PETREL_TLS_CERT", petrel::test::tls_path("node.pem")},
+                                 {"PETREL_TLS_KEY", petrel::test::tls_path("stranger.key")},
+                                 {"PETREL_TLS_CA", petrel::test::tls_path("ca.pem")}});
+    const char* argv[] = {"trainer"};
+    const auto s = petrel::resolve(quick_heartbeats(), 1, argv, env);
+    petrel::test::log_capture log;
+    std::atomic<int> trained{0};
+    CHECK(petrel::run(
+              s, [&](petrel::worker_node&) { ++trained; }, log.logger()) ==
+          petrel::run_config_error);
+    CHECK(trained == 0);
+    CHECK_THAT(log.all(), Catch::Contains("stranger.key"));
 }
 
 TEST_CASE("run: four processes under the PETREL_ launcher", "[cluster][process]") {

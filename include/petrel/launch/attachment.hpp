@@ -47,6 +47,9 @@ struct attach_options {
     /// reader's control messages from this reader.
     std::string secret{};
     access credential = access::full;
+    /// The job's TLS files, when it runs mutual TLS (`transport_options::tls`): a
+    /// certificate the job's authority signed, its key, and the authority's certificates.
+    tls_files tls{};
 };
 
 /// A reader: a worker of a read-only group (an inference service, an evaluator) that
@@ -80,6 +83,7 @@ public:
             topts.log = log;
             topts.secret = opts.secret;
             topts.credential = opts.credential;
+            topts.tls = opts.tls;
             member_options mo;
             mo.root = opts.root;
             mo.job_id = opts.job_id;

@@ -5,6 +5,7 @@
 #include <petrel/fwd.hpp>
 #include <petrel/launch/detail/secret_file.hpp>
 #include <petrel/launch/launcher.hpp>
+#include <petrel/transport/tls_files.hpp>
 
 #include <algorithm>
 #include <array>
@@ -173,6 +174,14 @@ struct config {
     /// reach its ports is trusted with the model. Every process logs a warning.
     /// `--insecure`, `PETREL_INSECURE=1`.
     std::optional<bool> insecure{};
+    /// Mutual TLS on every connection (`transport_options::tls`): this process's
+    /// certificate and private key, and the certificates of the authority that signed
+    /// every process's, all PEM files. All three or none. `--tls-cert FILE`,
+    /// `--tls-key FILE`, `--tls-ca FILE`; `PETREL_TLS_CERT`, `PETREL_TLS_KEY`,
+    /// `PETREL_TLS_CA`.
+    std::optional<std::string> tls_cert{};
+    std::optional<std::string> tls_key{};
+    std::optional<std::string> tls_ca{};
     /// The directory under which saves write checkpoints (`kv_store::save` names a
     /// relative directory without ".." under it; any other is refused).
     /// `--checkpoint-root DIR`, `PETREL_CHECKPOINT_ROOT`. Default: the working directory
@@ -229,6 +238,8 @@ struct settings {
     std::string secret;
     /// `config::insecure`: a launched job may run without a secret.
     bool insecure = false;
+    /// The TLS files (none: plain TCP).
+    tls_files tls;
     /// Where saves write checkpoints, as an absolute path (empty: anywhere).
     std::string checkpoint_root;
     /// What the launcher said (`launcher_kind::embedded` without one).
@@ -264,7 +275,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 24> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 27> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -345,6 +356,14 @@ struct config_option {
          "Run a launched job without a secret, trusting every process that can reach its "
          "ports with the model (each process logs a warning). Without it, a launched job with "
          "no secret refuses to start."},
+        {"tls-cert", "FILE", "PETREL_TLS_CERT",
+         "This process's TLS certificate (PEM, the chain up to the authority): with --tls-key "
+         "and --tls-ca, every connection runs mutual TLS and a peer without a certificate the "
+         "authority signed is refused. Give every process of the job all three. Default: "
+         "none (plain TCP)."},
+        {"tls-key", "FILE", "PETREL_TLS_KEY", "The private key of --tls-cert (PEM)."},
+        {"tls-ca", "FILE", "PETREL_TLS_CA",
+         "The certificates (PEM) of the authority that signed every process's --tls-cert."},
         {"checkpoint-root", "DIR", "PETREL_CHECKPOINT_ROOT",
          "The directory under which saves write checkpoints: a save names a relative "
          "directory without \"..\" under it, and any other is refused. Default: the "
@@ -1096,6 +1115,24 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
                                        config_parse_flag{}),
                            false)
                      .value;
+    const auto tls_cert =
+        config_pick(program.tls_cert, "tls-cert", cl, env, overridden, config_parse_text{});
+    const auto tls_key =
+        config_pick(program.tls_key, "tls-key", cl, env, overridden, config_parse_text{});
+    const auto tls_ca =
+        config_pick(program.tls_ca, "tls-ca", cl, env, overridden, config_parse_text{});
+    for (const auto* v : {&tls_cert, &tls_key, &tls_ca}) {
+        if (*v && (*v)->value.empty()) {
+            config_fail(**v, "empty (expected a PEM file)");
+        }
+        if (!*v && (tls_cert || tls_key || tls_ca)) {
+            const auto& given = tls_cert ? *tls_cert : tls_key ? *tls_key : *tls_ca;
+            config_fail(given, "given alone: TLS needs --tls-cert, --tls-key and --tls-ca");
+        }
+    }
+    if (tls_cert) {
+        s.tls = {tls_cert->value, tls_key->value, tls_ca->value};
+    }
     const auto ckpt_root = config_pick(program.checkpoint_root, "checkpoint-root", cl, env,
                                        overridden, config_parse_text{});
     if (ckpt_root) {

@@ -10,6 +10,7 @@
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/server_agent.hpp>
 #include <petrel/server/server_node.hpp>
+#include <petrel/transport/detail/tcp_stream.hpp>
 #include <petrel/transport/tcp_transport.hpp>
 
 #include <asio/executor_work_guard.hpp>
@@ -34,6 +35,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -348,7 +350,8 @@ private:
 /// could not be reached, or a node refused because this process declares other tables or
 /// remote functions than the job's (the first difference named). A process started by a
 /// launcher without a secret and without `--insecure` starts nothing and returns
-/// `run_config_error` after logging why (`detail::secret_refusal`).
+/// `run_config_error` after logging why (`detail::secret_refusal`), as does one whose TLS
+/// files (`--tls-cert`, `--tls-key`, `--tls-ca`) cannot be used.
 inline int run(const settings& s, const worker_function& fn, logger log = stderr_logger()) {
     if (auto refusal = detail::secret_refusal(s); !refusal.empty()) {
         if (log) {
@@ -360,6 +363,17 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     transport_options topts;
     topts.log = log;
     topts.secret = s.secret;
+    topts.tls = s.tls;
+    if (s.tls.enabled()) {
+        try {
+            (void)detail::make_tls_context(s.tls); // each transport makes its own
+        } catch (const std::system_error& e) {
+            if (log) {
+                log(log_level::error, e.what());
+            }
+            return run_config_error;
+        }
+    }
     if (topts.secret.empty() && s.launch.kind == launcher_kind::embedded) {
         topts.secret = detail::random_secret(); // every node of the job is in this process
     }
