@@ -5,6 +5,8 @@
 //   petrel_bench --case NAME     the cases whose name contains NAME (repeatable)
 //   petrel_bench --quick         few iterations (a smoke run)
 //   petrel_bench --list          case names
+//   petrel_bench --tls-dir DIR   the certificates of the _tls cases (node.pem, node.key,
+//                                ca.pem; default: the test ones)
 //   (petrel_bench --recovery-server ROOT: a server process the recovery case kills;
 //    petrel_bench --threads-server T FILE: the server process of the server_threads cases)
 #include <petrel/petrel.hpp>
@@ -60,6 +62,8 @@ struct settings {
     std::vector<std::string> only;
     /// The link speed assumed by the adaptive compression cases, in Gbit/s.
     double link_gbps = 10.0;
+    /// Where the _tls cases find node.pem, node.key and ca.pem.
+    std::string tls_dir = PETREL_BENCH_TLS_DIR;
 };
 
 /// Minor page faults of this process so far (fresh memory touched for the first time).
@@ -113,8 +117,13 @@ double raw_pingpong_median = 0;
 /// Goodput of the raw one-way stream, for goodput_vs_raw_stream.
 double raw_stream_gbps = 0;
 
+/// Medians of the petrel_push_pull cases without a secret or TLS, by payload size, for
+/// ratio_to_plain (what the _auth and _tls cases cost).
+std::map<std::size_t, double> plain_push_pull_median;
+
 void print(const std::string& name, const samples& s, std::size_t bytes_moved, double raw_median,
-           std::size_t payload, double faults = -1, double wire_bytes = -1) {
+           std::size_t payload, double faults = -1, double wire_bytes = -1,
+           double plain_median = 0) {
     petrel_bench::json_line line;
     line.add("case", name)
         .add("median_us", s.median())
@@ -124,6 +133,9 @@ void print(const std::string& name, const samples& s, std::size_t bytes_moved, d
         .add("ratio_to_raw", raw_median > 0 ? s.median() / raw_median : 1.0)
         .add("bytes", payload)
         .add("iterations", s.size());
+    if (plain_median > 0) {
+        line.add("ratio_to_plain", s.median() / plain_median);
+    }
     if (faults >= 0) {
         line.add("minor_faults_per_iteration", faults);
     }
@@ -180,21 +192,23 @@ std::uint64_t wire_total(const Store& kv) {
     return t.sent_bytes + t.received_bytes;
 }
 
+/// `topts`: the transports' options (a secret, TLS) of both ends.
 samples petrel_push_pull(std::size_t keys, std::size_t width, budget b, style how,
-                         std::size_t server_count = 1) {
+                         std::size_t server_count = 1,
+                         const petrel::transport_options& topts = {}) {
     std::vector<std::unique_ptr<io_thread>> server_io;
     std::vector<std::unique_ptr<petrel::server_node>> servers;
     petrel::kv_store_options<std::uint64_t> o;
     for (std::size_t i = 0; i < server_count; ++i) {
         server_io.push_back(std::make_unique<io_thread>());
         servers.push_back(std::make_unique<petrel::server_node>(
-            petrel::tcp_transport(server_io.back()->executor())));
+            petrel::tcp_transport(server_io.back()->executor(), topts)));
         o.servers.push_back(servers.back()->listen("127.0.0.1:0"));
     }
     io_thread worker_io;
     o.width = width;
     petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
-        petrel::tcp_transport(worker_io.executor()), o);
+        petrel::tcp_transport(worker_io.executor(), topts), o);
 
     std::vector<std::uint64_t> key_list(keys);
     std::iota(key_list.begin(), key_list.end(), std::uint64_t{0});
@@ -280,6 +294,27 @@ void petrel_cases(const settings& st, const std::function<bool(const std::string
         if (wanted(name)) {
             auto s = petrel_push_pull(sh.keys, sh.width, b, style::coroutine);
             print(name, s, 2 * bytes, raw, bytes, last_faults_per_iteration, last_wire_bytes);
+            plain_push_pull_median[bytes] = s.median();
+        }
+        // What authentication and TLS cost: the same case with the job's secret (a
+        // handshake per connection, nothing per message), then with mutual TLS as well.
+        if (sh.keys != 256) {
+            petrel::transport_options topts;
+            topts.secret = "a secret of the benchmark's job";
+            const double plain =
+                plain_push_pull_median.contains(bytes) ? plain_push_pull_median[bytes] : 0;
+            if (wanted(name + "_auth")) {
+                auto s = petrel_push_pull(sh.keys, sh.width, b, style::coroutine, 1, topts);
+                print(name + "_auth", s, 2 * bytes, raw, bytes, last_faults_per_iteration,
+                      last_wire_bytes, plain);
+            }
+            topts.tls = {st.tls_dir + "/node.pem", st.tls_dir + "/node.key",
+                         st.tls_dir + "/ca.pem"};
+            if (wanted(name + "_tls")) {
+                auto s = petrel_push_pull(sh.keys, sh.width, b, style::coroutine, 1, topts);
+                print(name + "_tls", s, 2 * bytes, raw, bytes, last_faults_per_iteration,
+                      last_wire_bytes, plain);
+            }
         }
         if (wanted(name + "_2servers")) {
             auto s = petrel_push_pull(sh.keys, sh.width, b, style::coroutine, 2);
@@ -1714,10 +1749,14 @@ int main(int argc, char** argv) {
                                             "raw_push_pull_64MiB",
                                             "petrel_push_pull_1key",
                                             "petrel_push_pull_1key_future",
+                                            "petrel_push_pull_1key_auth",
+                                            "petrel_push_pull_1key_tls",
                                             "petrel_push_pull_4MiB",
                                             "petrel_push_pull_4MiB_shared",
                                             "petrel_push_pull_64MiB",
                                             "petrel_push_pull_64MiB_shared",
+                                            "petrel_push_pull_64MiB_auth",
+                                            "petrel_push_pull_64MiB_tls",
                                             "petrel_push_pull_1key_2servers",
                                             "petrel_push_pull_4MiB_2servers",
                                             "petrel_push_pull_64MiB_2servers",
@@ -1799,6 +1838,8 @@ int main(int argc, char** argv) {
                 std::fprintf(stderr, "petrel_bench: --link-gbps must be positive\n");
                 return 2;
             }
+        } else if (a == "--tls-dir" && i + 1 < argc) {
+            st.tls_dir = argv[++i];
         } else if (a == "--case" && i + 1 < argc) {
             st.only.emplace_back(argv[++i]);
         } else if (a == "--list") {
@@ -1807,10 +1848,12 @@ int main(int argc, char** argv) {
             }
             return 0;
         } else {
-            std::fprintf(stderr,
-                         "usage: petrel_bench [--quick] [--case NAME]... [--link-gbps G] [--list]\n"
-                         "unknown argument: %s\n",
-                         a.c_str());
+            std::fprintf(
+                stderr,
+                "usage: petrel_bench [--quick] [--case NAME]... [--link-gbps G] [--tls-dir DIR] "
+                "[--list]\n"
+                "unknown argument: %s\n",
+                a.c_str());
             return 2;
         }
     }
