@@ -1308,6 +1308,142 @@ TEST_CASE("tcp_transport: back-pressure holds the frames of one read once the re
     server.close();
 }
 
+namespace {
+
+/// A listener answering each request with 64 KiB, whose peers either never read (each
+/// sends a burst of 4000 requests) or read everything: what the node's budget for queued
+/// replies does.
+struct reply_flood {
+    explicit reply_flood(std::uint64_t budget) {
+        opts.log = log.logger();
+        opts.max_send_queue_bytes = 64 << 20; // far above the budget
+        opts.max_queued_reply_bytes = budget;
+        opts.frame_timeout = 1500ms;
+        server.emplace(io.executor(), opts);
+        petrel::connection_handlers h;
+        h.on_message = [this](const petrel::connection_ptr& c, petrel::wire::message&& m) {
+            ++handled;
+            auto reply =
+                petrel::wire::make_reply(m.header, petrel::wire::message_kind::clock_reply);
+            reply.set_segment(petrel::wire::values_segment, big);
+            c->send(std::move(reply));
+        };
+        h.on_close = [](const petrel::connection_ptr&, std::error_code) {};
+        const auto address = server->listen("127.0.0.1:0", std::move(h));
+        port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+        petrel::wire::message tick;
+        tick.header.kind = petrel::wire::message_kind::clock;
+        tick.header.range_begin = 0;
+        tick.header.range_end = 1;
+        one = petrel::test::frame_of(tick);
+    }
+    ~reply_flood() {
+        std::error_code ignored;
+        for (auto& s : sockets) {
+            s.close(ignored);
+        }
+        server->close();
+    }
+
+    /// A peer that sends `n` requests (as many as the server takes within 2 s) and reads
+    /// nothing.
+    void stalled_peer(int n) {
+        auto& s = sockets.emplace_back(raw);
+        s.connect({asio::ip::make_address("127.0.0.1"), port});
+        s.set_option(asio::socket_base::receive_buffer_size(64 << 10));
+        s.non_blocking(true);
+        std::vector<std::byte> burst;
+        for (int i = 0; i < n; ++i) {
+            burst.insert(burst.end(), one.begin(), one.end());
+        }
+        std::size_t written = 0;
+        const auto until = std::chrono::steady_clock::now() + 2s;
+        while (written < burst.size() && std::chrono::steady_clock::now() < until) {
+            std::error_code ec;
+            written +=
+                s.write_some(asio::buffer(burst.data() + written, burst.size() - written), ec);
+            if (ec) {
+                std::this_thread::sleep_for(10ms);
+            }
+        }
+    }
+
+    /// A peer that sends `n` requests and reads the replies: whether all of them came within
+    /// 10 s.
+    bool reading_peer(int n) {
+        asio::ip::tcp::socket s(raw);
+        s.connect({asio::ip::make_address("127.0.0.1"), port});
+        for (int i = 0; i < n; ++i) {
+            asio::write(s, asio::buffer(one));
+        }
+        s.non_blocking(true);
+        const std::size_t want = static_cast<std::size_t>(n) * big.size();
+        std::size_t got = 0;
+        std::vector<std::byte> in(1 << 20);
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (got < want && std::chrono::steady_clock::now() < until) {
+            std::error_code ec;
+            got += s.read_some(asio::buffer(in), ec);
+            if (ec == asio::error::would_block) {
+                std::this_thread::sleep_for(1ms);
+            } else if (ec) {
+                return false;
+            }
+        }
+        return got >= want;
+    }
+
+    log_capture log;
+    const petrel::shared_bytes big =
+        petrel::shared_bytes::copy_of(std::vector<std::byte>(64 << 10));
+    std::atomic<int> handled{0};
+    io_threads io{1}; // after what its handlers touch, which outlives them
+    petrel::transport_options opts;
+    std::optional<petrel::tcp_transport> server;
+    std::uint16_t port = 0;
+    std::vector<std::byte> one;
+    asio::io_context raw;
+    std::vector<asio::ip::tcp::socket> sockets;
+};
+
+} // namespace
+
+TEST_CASE("tcp_transport: the replies queued for all peers stay within the node's budget; "
+          "peers that do not read hold back themselves, not the others",
+          "[transport][tcp][security]") {
+    // Three peers that never read each send 4000 requests, each answered with 64 KiB. Each
+    // may queue 64 MiB: without the node's budget they make it queue several times 2 MiB;
+    // with a budget of 2 MiB each stops being served beyond its share.
+    int without_budget = 0;
+    {
+        reply_flood f(0);
+        for (int i = 0; i < 3; ++i) {
+            f.stalled_peer(4000);
+        }
+        std::this_thread::sleep_for(300ms);
+        without_budget = f.handled;
+    }
+    reply_flood f(2 << 20);
+    for (int i = 0; i < 3; ++i) {
+        f.stalled_peer(4000);
+    }
+    std::this_thread::sleep_for(300ms);
+    const int with_budget = f.handled;
+    INFO("handled without the budget " << without_budget << ", with it " << with_budget);
+    CHECK(with_budget * 2 < without_budget);
+    // Meanwhile a peer that reads is served in full, twice (its queue drains as it reads).
+    CHECK(f.reading_peer(100));
+    CHECK(f.reading_peer(100));
+    CHECK(f.handled >= with_budget + 200);
+    // And the stalled peers are closed once their frame_timeout passed, and logged.
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (f.log.all().find("takes none of the replies") == std::string::npos &&
+           std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(20ms);
+    }
+    CHECK_THAT(f.log.all(), Catch::Contains("takes none of the replies"));
+}
+
 TEST_CASE("tcp_transport: an accepted connection whose peer takes none of its replies is "
           "closed after frame_timeout; a peer that reads slowly is kept",
           "[transport][tcp][security]") {

@@ -126,6 +126,15 @@ struct transport_options {
     /// sends the keys again when it refers to it. Zero: no budget beyond each
     /// connection's.
     std::uint64_t max_cached_key_bytes = std::uint64_t{1} << 30;
+    /// Bytes of replies a node's accepted connections hold queued for their peers,
+    /// together (each connection also holds at most `max_send_queue_bytes`): once the
+    /// total passes it, a connection holding more than its share (this divided by the
+    /// connections holding replies) stops reading its peer's requests until its queue
+    /// drains, and its peer must take some of its replies within `frame_timeout` or is
+    /// closed. So peers that do not read cannot make a node hold more than about this
+    /// (plus one reply each), while the others are served. Zero: no budget beyond each
+    /// connection's.
+    std::uint64_t max_queued_reply_bytes = std::uint64_t{2} << 30;
     /// Mutual TLS (TCP only): every connection, accepted or made, first runs a TLS
     /// handshake in which both ends show a certificate signed by `tls.authority`, then the
     /// secret's handshake and all frames go through it (encrypted, integrity-checked). A

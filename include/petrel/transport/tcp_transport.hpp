@@ -87,6 +87,9 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         if (opts.max_cached_key_bytes > 0) {
             budgets.key_lists = std::make_shared<byte_budget>(opts.max_cached_key_bytes);
         }
+        if (opts.max_queued_reply_bytes > 0) {
+            budgets.replies = std::make_shared<reply_budget>(opts.max_queued_reply_bytes);
+        }
         if (opts.tls.enabled()) {
             tls = make_tls_context(opts.tls);
         }
@@ -431,7 +434,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     std::shared_ptr<asio::ssl::context> tls;
     detail::log_throttle refusals;
     // What the accepted connections draw on together (`max_receiving_bytes`,
-    // `max_cached_key_bytes`).
+    // `max_cached_key_bytes`, `max_queued_reply_bytes`).
     shared_budgets budgets;
     /// Accepted connections holding a ticket, in all and by peer address.
     std::size_t accepted_count = 0;

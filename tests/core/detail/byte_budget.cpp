@@ -50,3 +50,32 @@ TEST_CASE("byte_budget: a share gives its bytes back when it goes, once", "[core
     }
     CHECK(budget->used() == 0);
 }
+
+TEST_CASE("reply_budget: counts queues and their holders; a holder beyond its share only while "
+          "the total is over the limit",
+          "[core][security]") {
+    petrel::detail::reply_budget b(1000);
+    CHECK_FALSE(b.over_share(5000)); // nothing counted: not over
+    b.change(0, 600);                // connection A queues 600
+    b.change(0, 300);                // B 300
+    CHECK(b.used() == 900);
+    CHECK(b.holders() == 2);
+    CHECK_FALSE(b.over_share(600)); // within the limit: nobody is held back
+    b.change(300, 700);             // B grows to 700: 1300 in all, shares of 500
+    CHECK(b.used() == 1300);
+    CHECK(b.over_share(600));
+    CHECK(b.over_share(700));
+    CHECK_FALSE(b.over_share(400));
+    CHECK_FALSE(b.over_share(0)); // a connection without replies never is
+    b.change(0, 10);              // C: three holders, shares of 333
+    CHECK(b.over_share(400));
+    CHECK_FALSE(b.over_share(10));
+    b.change(700, 0); // B drained
+    b.change(10, 0);  // C too
+    CHECK(b.holders() == 1);
+    CHECK(b.used() == 600);
+    CHECK_FALSE(b.over_share(600));
+    b.change(600, 0);
+    CHECK(b.used() == 0);
+    CHECK(b.holders() == 0);
+}

@@ -1,6 +1,8 @@
 // Petrel: a number of bytes shared by the connections of one node.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -117,6 +119,62 @@ public:
 private:
     std::shared_ptr<byte_budget> budget_;
     std::uint64_t n_ = 0;
+};
+
+/// The bytes of replies queued on several connections together, such as the accepted
+/// connections of a node (`transport_options::max_queued_reply_bytes`). Replies are not
+/// refused: a connection that holds more than its share while the total is over the
+/// limit stops reading its peer's requests until its queue drains (see `tcp_connection`),
+/// and its peer must take some of them in time. A connection's share is the limit
+/// divided by the connections holding queued bytes, so one peer that does not read holds
+/// back itself, not the others.
+///
+/// @par Thread Safety
+/// Safe to use from any thread.
+class reply_budget {
+public:
+    explicit reply_budget(std::uint64_t limit) noexcept : limit_(limit) {}
+
+    reply_budget(const reply_budget&) = delete;
+    reply_budget& operator=(const reply_budget&) = delete;
+
+    [[nodiscard]] std::uint64_t limit() const noexcept { return limit_; }
+    /// Bytes queued now, over all connections.
+    [[nodiscard]] std::uint64_t used() const noexcept {
+        return bytes_.load(std::memory_order_relaxed);
+    }
+    /// Connections holding queued bytes now.
+    [[nodiscard]] std::uint64_t holders() const noexcept {
+        return holders_.load(std::memory_order_relaxed);
+    }
+
+    /// A connection's queue went from `before` to `after` bytes.
+    void change(std::uint64_t before, std::uint64_t after) noexcept {
+        if (after > before) {
+            bytes_.fetch_add(after - before, std::memory_order_relaxed);
+        } else if (before > after) {
+            bytes_.fetch_sub(before - after, std::memory_order_relaxed);
+        }
+        if (before == 0 && after > 0) {
+            holders_.fetch_add(1, std::memory_order_relaxed);
+        } else if (before > 0 && after == 0) {
+            holders_.fetch_sub(1, std::memory_order_relaxed);
+        }
+    }
+
+    /// Whether a connection holding `mine` queued bytes holds more than its share while
+    /// the total is over the limit.
+    [[nodiscard]] bool over_share(std::uint64_t mine) const noexcept {
+        if (mine == 0 || used() <= limit_) {
+            return false;
+        }
+        return mine > limit_ / std::max<std::uint64_t>(holders(), 1);
+    }
+
+private:
+    std::uint64_t limit_;
+    std::atomic<std::uint64_t> bytes_{0};
+    std::atomic<std::uint64_t> holders_{0};
 };
 
 } // namespace petrel::detail

@@ -36,11 +36,13 @@
 namespace petrel::detail {
 
 /// What the accepted connections of a transport draw on together: the payloads being
-/// received (`transport_options::max_receiving_bytes`) and the key lists their peers
-/// asked them to keep (`max_cached_key_bytes`). Null: no such budget.
+/// received (`transport_options::max_receiving_bytes`), the key lists their peers
+/// asked them to keep (`max_cached_key_bytes`) and the replies queued for their peers
+/// (`max_queued_reply_bytes`). Null: no such budget.
 struct shared_budgets {
     std::shared_ptr<byte_budget> receiving;
     std::shared_ptr<byte_budget> key_lists;
+    std::shared_ptr<reply_budget> replies;
 };
 
 class tcp_connection final : public connection,
@@ -56,7 +58,8 @@ public:
         : stream_(std::move(stream)), wake_(stream_.get_executor()),
           drained_(stream_.get_executor()), budget_freed_(stream_.get_executor()),
           watchdog_(stream_.get_executor()), receive_budget_(std::move(budgets.receiving)),
-          frame_timeout_(opts.frame_timeout), min_receive_rate_(opts.min_receive_rate),
+          replies_(std::move(budgets.replies)), frame_timeout_(opts.frame_timeout),
+          min_receive_rate_(opts.min_receive_rate),
           idle_timeout_(accepted ? opts.idle_timeout : std::chrono::milliseconds{0}),
           max_queued_bytes_(accepted ? opts.max_send_queue_bytes
                                      : std::numeric_limits<std::size_t>::max()),
@@ -72,6 +75,12 @@ public:
         remote_ =
             ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
     }
+
+    tcp_connection(const tcp_connection&) = delete;
+    tcp_connection& operator=(const tcp_connection&) = delete;
+    /// Gives back what is still counted of its queue (a write loop that ended with the
+    /// connection leaves its queue to here).
+    ~tcp_connection() override { count_queued(queued_bytes_, 0); }
 
     void start() {
         if (receive_budget_) {
@@ -113,7 +122,9 @@ public:
             take_inbox();
             if (small) {
                 if (!closed_) {
+                    const std::size_t before = queued_bytes_;
                     queued_bytes_ += append(queue_, m, false);
+                    count_queued(before, queued_bytes_);
                 }
             } else {
                 enqueue(std::move(o));
@@ -257,6 +268,7 @@ private:
         if (closed_) {
             return;
         }
+        count_queued(queued_bytes_, queued_bytes_ + o.bytes);
         queued_bytes_ += o.bytes;
         if (o.frames && !queue_.empty() && queue_.back().frames && !queue_.back().in_write &&
             queue_.back().bytes + o.bytes <= frames_buffer_bytes) {
@@ -350,25 +362,42 @@ private:
             }
             n -= left;
             front_written_ = 0;
+            count_queued(queued_bytes_, queued_bytes_ - queue_.front().bytes);
             queued_bytes_ -= queue_.front().bytes;
             if (queue_.front().frames) {
                 keep_spare(std::move(queue_.front().head));
             }
             queue_.pop_front();
         }
-        if (queued_bytes_ <= max_queued_bytes_ / 2) {
+        const bool over_share = replies_ && replies_->over_share(queued_bytes_);
+        if (queued_bytes_ <= max_queued_bytes_ / 2 && !over_share) {
             drained_.cancel(); // a read loop held back by the queue may go on
         }
-        if (write_deadline_ != never && queued_bytes_ <= max_queued_bytes_) {
+        if (write_deadline_ != never && queued_bytes_ <= max_queued_bytes_ && !over_share) {
             write_deadline_ = never; // the watchdog finds that out
         }
     }
 
+    /// Whether this connection holds back its peer's requests: its replies queued pass its
+    /// own limit, or its share of the node's (`reply_budget`) while that is exhausted.
+    [[nodiscard]] bool too_much_queued() const noexcept {
+        return queued_bytes_ > max_queued_bytes_ ||
+               (replies_ && replies_->over_share(queued_bytes_));
+    }
+
+    /// Its queue went from `before` to `after` bytes: counted in the node's reply budget.
+    void count_queued(std::size_t before, std::size_t after) noexcept {
+        if (replies_) {
+            replies_->change(before, after);
+        }
+    }
+
     /// On the strand, once replies were queued: when they pass the limit of an accepted
-    /// connection, its peer must take some within `frame_timeout`.
+    /// connection (its own, or its share of the node's), its peer must take some within
+    /// `frame_timeout`.
     void watch_writes() {
-        if (queued_bytes_ <= max_queued_bytes_ || write_deadline_ != never ||
-            frame_timeout_.count() == 0 || closed_) {
+        if (!too_much_queued() || write_deadline_ != never || frame_timeout_.count() == 0 ||
+            closed_) {
             return;
         }
         write_deadline_ = clock::now() + frame_timeout_;
@@ -417,10 +446,13 @@ private:
                 // Back-pressure: while the replies to this peer pile up unsent (it does not
                 // read), stop reading its requests (between frames: a frame under way is
                 // received whole, so that its share of the budget comes back).
-                if (queued_bytes_ > max_queued_bytes_ && decoder_.payload_bytes() == 0) {
+                if (too_much_queued() && decoder_.payload_bytes() == 0) {
                     read_deadline_ = never; // the peer is not the one that is slow
                     in_frame_ = false;
-                    while (queued_bytes_ > max_queued_bytes_ && !closed_) {
+                    // (Its share may have been passed by others' replies, without one
+                    // of its own queued since: its peer's time to read starts now.)
+                    watch_writes();
+                    while (too_much_queued() && !closed_) {
                         drained_.expires_at(asio::steady_timer::time_point::max());
                         co_await drained_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
                     }
@@ -454,7 +486,7 @@ private:
                             handlers_.on_message(as_connection, std::move(m));
                         }
                     },
-                    [this] { return queued_bytes_ > max_queued_bytes_; });
+                    [this] { return too_much_queued(); });
             } catch (const std::bad_alloc&) {
                 if (log_) {
                     log_(log_level::error, "closing connection with " + remote_ +
@@ -608,6 +640,7 @@ private:
         watchdog_.cancel();
         if (!writing_) {
             queue_.clear();
+            count_queued(queued_bytes_, 0);
             queued_bytes_ = 0;
         }
         {
@@ -631,6 +664,7 @@ private:
     bool budget_was_freed_ = false;   // (set with it, on the strand)
     asio::steady_timer watchdog_;     // wakes watch() at the read or write deadline
     std::shared_ptr<byte_budget> receive_budget_; // shared by the transport's connections
+    std::shared_ptr<reply_budget> replies_;       // (also)
     std::chrono::milliseconds frame_timeout_;
     std::size_t min_receive_rate_;
     std::chrono::milliseconds idle_timeout_;
