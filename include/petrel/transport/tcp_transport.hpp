@@ -244,8 +244,8 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     }
 
     /// Runs the acceptor's end of the handshakes on `socket` (TLS, then the secret's),
-    /// then serves it as an accepted connection; a peer that fails the secret's is closed
-    /// after `auth_failure_delay`.
+    /// then serves it as an accepted connection; a peer that fails either is closed after
+    /// `auth_failure_delay`.
     static asio::awaitable<void> admit(std::shared_ptr<tcp_transport_state> self,
                                        std::shared_ptr<tcp_stream> socket, connection_handlers h,
                                        std::shared_ptr<connection_ticket> ticket) {
@@ -270,7 +270,7 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
         }
         if (ec && ec != asio::error::operation_aborted) {
             self->note_refusal(who, reason.empty() ? ec.message() : reason + ": " + ec.message());
-            if (ec == errc::auth_failed) {
+            if (ec == errc::auth_failed || ec == errc::tls_failed) {
                 asio::steady_timer pause(socket->get_executor(), self->opts.auth_failure_delay);
                 std::error_code ignored;
                 co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
