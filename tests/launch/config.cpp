@@ -68,15 +68,6 @@ using roles = std::vector<node_role>;
 
 } // namespace
 
-TEST_CASE("config: layout names", "[launch]") {
-    STATIC_REQUIRE(petrel::to_string(layout::dedicated) == "dedicated");
-    STATIC_REQUIRE(petrel::to_string(layout::colocated) == "colocated");
-    STATIC_REQUIRE(petrel::parse_layout("colocated") == layout::colocated);
-    CHECK(petrel::parse_layout("dedicated") == layout::dedicated);
-    CHECK_FALSE(petrel::parse_layout("Dedicated").has_value());
-    CHECK_FALSE(petrel::parse_layout("").has_value());
-}
-
 TEST_CASE("config: embedded defaults", "[launch]") {
     const auto s = resolve_with({});
     CHECK(s.launch.kind == petrel::launcher_kind::embedded);
