@@ -53,6 +53,7 @@ const std::vector<errc> all_errors{
     errc::declaration_mismatch,
     errc::auth_failed,
     errc::tls_failed,
+    errc::too_many_rows,
 };
 
 } // namespace

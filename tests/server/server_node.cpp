@@ -675,6 +675,65 @@ TEMPLATE_TEST_CASE("server_node: one connection creates at most its share of the
     again->close();
 }
 
+TEMPLATE_TEST_CASE("server_node: the pushes of one connection create at most its share of rows; "
+                   "pushes to rows that exist go on, and others' connections create their own",
+                   "[server][security]", over_tcp, over_inproc) {
+    raw_client second; // before the fixture's io threads, which may run their handlers
+    raw_client third;
+    fixture<TestType> f({}, {.node_id = server_id, .workers = 1, .max_rows_per_connection = 100});
+    auto other = f.connect(second);
+    auto send = [&](raw_client& client, const petrel::connection_ptr& conn, wire::message m,
+                    std::uint64_t id) {
+        m.header.request_id = id;
+        auto reply = client.expect(id);
+        conn->send(std::move(m));
+        REQUIRE(reply.wait_for(timeout) == std::future_status::ready);
+        return reply.get().header.status;
+    };
+    auto keys_from = [](std::uint64_t first, std::size_t n) {
+        std::vector<std::uint64_t> keys(n);
+        std::iota(keys.begin(), keys.end(), first);
+        return keys;
+    };
+    auto ones = [](std::size_t n) { return std::vector<float>(n, 1.0f); };
+    // A push held for the clock (worker 0, clock 0): its rows are made at admission.
+    auto ordered = [&](std::vector<std::uint64_t> keys) {
+        auto m = push_of<std::uint64_t, float>(0, keys, ones(keys.size()));
+        m.header.flags |= wire::flag_ordered;
+        m.header.worker = 0;
+        m.header.clock = 0;
+        return m;
+    };
+    constexpr auto refused = static_cast<std::uint32_t>(errc::too_many_rows);
+    // 60 rows by a push applied at once, 60 more by a held one: 120, past the share of 100
+    // by the second push's own keys.
+    REQUIRE(f.call(push_of<std::uint64_t, float>(0, keys_from(0, 60), ones(60))).header.status ==
+            0);
+    REQUIRE(f.call(ordered(keys_from(100, 60))).header.status == 0);
+    CHECK(f.server.key_count(0) == 120);
+    // Now a push that would create a row is refused whole, either kind, in any table.
+    CHECK(f.call(push_of<std::uint64_t, float>(0, {5, 500}, {1, 1})).header.status == refused);
+    CHECK(f.call(ordered({501})).header.status == refused);
+    CHECK(f.call(push_of<std::uint64_t, float>(9, {1}, {1})).header.status == refused);
+    CHECK(f.server.key_count(0) == 120);
+    CHECK(f.server.key_count(9) == 0);
+    // Pushes to rows that exist, and pulls of any key, go on.
+    CHECK(f.call(push_of<std::uint64_t, float>(0, {0, 1, 100}, {1, 1, 1})).header.status == 0);
+    CHECK(f.call(pull_of<std::uint64_t, float>(0, {0, 777})).header.status == 0);
+    CHECK(f.server.key_count(0) == 120);
+    // Another connection creates rows of its own.
+    CHECK(send(second, other, push_of<std::uint64_t, float>(0, {700, 701}, {1, 1}), 1001) == 0);
+    CHECK(f.server.key_count(0) == 122);
+    // The first connection closes: its rows stay, and a new connection counts afresh.
+    f.conn->close();
+    REQUIRE(f.client.closed.get_future().wait_for(timeout) == std::future_status::ready);
+    auto again = f.connect(third);
+    CHECK(send(third, again, push_of<std::uint64_t, float>(0, {800}, {1}), 2001) == 0);
+    CHECK(f.server.key_count(0) == 123);
+    other->close();
+    again->close();
+}
+
 TEMPLATE_TEST_CASE("server_node: one worker holds at most its share of a table's held pushes; "
                    "the others' are still held, and its share comes back with its clock",
                    "[server][consistency][security]", over_tcp, over_inproc) {

@@ -66,10 +66,11 @@ enum class errc : int {
     // Authentication.
     auth_failed,
     tls_failed,
+    too_many_rows,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::tls_failed;
+inline constexpr errc last_errc = errc::too_many_rows;
 
 namespace detail {
 
@@ -204,6 +205,10 @@ public:
                    "node's authority (--tls-ca), or this node's was refused, or only one end "
                    "uses TLS (give every node of the job --tls-cert, --tls-key and --tls-ca): "
                    "the connection is closed and nothing was exchanged";
+        case errc::too_many_rows:
+            return "the requests of this connection created as many rows on the server as one "
+                   "connection may (server_options::max_rows_per_connection): pushes that would "
+                   "create more are refused whole, pushes to rows that exist go on";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

@@ -58,6 +58,14 @@ struct server_options {
     /// `errc::too_many_tables`, so that one peer cannot use up the table ids of the job.
     /// 0: as many as `max_tables`.
     std::size_t max_tables_per_connection = 1024;
+    /// Rows (keys) the pushes of one connection create on this server, over all tables:
+    /// once its pushes created this many, a push of it that would create more is refused
+    /// whole with `errc::too_many_rows` (pushes to rows that exist go on), so that one peer
+    /// pushing fresh keys cannot fill the server's memory or a table's 2^32 row numbers.
+    /// A push under the limit may pass it by its own keys. A new connection counts afresh.
+    /// The rows of other servers (replicas, transfers, hand-overs) are not counted.
+    /// 0: no limit. Default: 2^28 (a sixteenth of a table's row numbers).
+    std::uint64_t max_rows_per_connection = std::uint64_t{1} << 28;
     /// The remote functions workers may call (see `kv_store::call`); none when null.
     std::shared_ptr<const function_registry> functions{};
     /// The declared tables (storage, initial values, update rules); tables not declared

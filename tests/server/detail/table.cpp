@@ -301,8 +301,14 @@ TEST_CASE("table: a push cut into parts, applied on several threads, is the push
                      petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
     auto whole = make();
     auto split = make();
-    REQUIRE_FALSE(whole->apply_shared(push));
-    REQUIRE_FALSE(whole->apply_shared(push)); // rows found, not created
+    CHECK_FALSE(whole->holds_all(push));
+    std::size_t created = 99;
+    REQUIRE_FALSE(whole->apply_shared(push, created));
+    CHECK(created == whole->size()); // every row, counted once
+    CHECK(created >= 8000);
+    CHECK(whole->holds_all(push));
+    REQUIRE_FALSE(whole->apply_shared(push, created)); // rows found, not created
+    CHECK(created == 0);
     const auto parts = petrel::detail::split_request(push, 7);
     REQUIRE(parts.size() == 7);
     std::vector<std::thread::id> ran_on;
@@ -321,8 +327,10 @@ TEST_CASE("table: a push cut into parts, applied on several threads, is the push
             t.join();
         }
     };
-    REQUIRE_FALSE(split->apply_split(parts, on_threads)); // creates the rows
-    REQUIRE_FALSE(split->apply_split(parts, on_threads));
+    REQUIRE_FALSE(split->apply_split(parts, on_threads, created)); // creates the rows
+    CHECK(created == split->size());
+    REQUIRE_FALSE(split->apply_split(parts, on_threads, created));
+    CHECK(created == 0);
     CHECK(ran_on.size() >= 2 * 7);
     const auto a = split->dump(0);
     const auto b = whole->dump(0);

@@ -49,6 +49,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -75,6 +76,7 @@ struct server_node::shared_work {
     std::byte* target = nullptr; // a pull's values, in its reply
     std::size_t reply = 0;       // the reply's place in the outbox
     std::uint32_t primary = 0;   // a push: the primary whose update id it remembered
+    std::size_t created = 0;     // a push: the rows applying it created
     // The pushes of one clock, in (worker, arrival) order, to apply together
     // (`table_base::apply_clock`, with `mean`).
     std::vector<wire::message> clock{};
@@ -135,7 +137,10 @@ struct server_node::state {
     // call's snapshot), for `handle` to do in order after `mutex` and before the table's
     // lock. Null otherwise: the work is done at once.
     std::vector<shared_work>* later = nullptr;
-    detail::table_set tables;       // each table with its clocks; the workers they count
+    detail::table_set tables; // each table with its clocks; the workers they count
+    // Rows the pushes of each connection created (`server_options::max_rows_per_connection`),
+    // forgotten when it closes.
+    std::unordered_map<const connection*, std::uint64_t> rows_by;
     std::vector<waiting> held_back; // requests sent under a newer view than ours
     bool resync_timer = false;      // reads wait for resync ticks (see table_slot)
     // Primaries whose chain this server joined (or whose keys grew) and whose copy has
@@ -254,7 +259,7 @@ struct server_node::state {
     bool run(shared_work& w, outbox& out) const noexcept;
     /// Applies or reads `w`, cut into parts for up to `threads` threads when it is large.
     /// @throws std::bad_alloc (a pull; nothing read)
-    std::error_code apply_or_read(const shared_work& w, std::size_t threads) const;
+    std::error_code apply_or_read(shared_work& w, std::size_t threads) const;
 
     /// The threads that may apply or read the parts of one large request:
     /// `server_options::split_threads`, else the threads seen running requests (at most 16).
@@ -437,8 +442,15 @@ struct server_node::state {
                             std::uint64_t clock);
 
     /// Creates the table if needed, checks the push against it and creates its new
-    /// rows, so that applying it later cannot fail. All or nothing.
-    std::error_code accept(table_slot& s, const wire::message& m);
+    /// rows, so that applying it later cannot fail, counting them for `by` (the sender's
+    /// connection; null for another server's). All or nothing.
+    std::error_code accept(table_slot& s, const wire::message& m, const connection* by);
+
+    /// Whether a push of `by` into table `s` must be refused: `by` created its share of
+    /// rows (`max_rows_per_connection`) and the push would create more.
+    bool out_of_rows(const table_slot& s, const wire::message& m, const connection* by) const;
+    /// Counts `n` rows created by the pushes of `by` (null: none to count).
+    void count_rows(const connection* by, std::uint64_t n);
 
     /// A pull or call: answered (or parked until its clocks complete); with `work`
     /// (`shares` said so) a pull's rows are read, or a checkpoint call's snapshot taken,

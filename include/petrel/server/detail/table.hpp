@@ -126,7 +126,11 @@ public:
         found_keys_ = nullptr;
     }
 
-    std::error_code apply_shared(const wire::message& m) noexcept override {
+    using table_base::apply_shared;
+    using table_base::apply_split;
+
+    std::error_code apply_shared(const wire::message& m, std::size_t& created) noexcept override {
+        created = 0;
         const Value* values = m.values().as<Value>().data();
         const auto keys = key_seq<Key>::of(m);
         try {
@@ -143,7 +147,7 @@ public:
                 const std::span<std::uint32_t> rows(n > few.size() ? many.data() : few.data(), n);
                 if (!rows_of_keys(keys.data, rows)) {
                     lock.unlock();
-                    create_rows(keys);
+                    created = create_rows(keys);
                     lock.lock();
                     rows_of_keys(keys.data, rows);
                 }
@@ -154,7 +158,7 @@ public:
             std::vector<block> blocks;
             if (!blocks_of(keys, blocks)) {
                 lock.unlock();
-                create_rows(keys);
+                created = create_rows(keys);
                 lock.lock();
                 blocks.clear();
                 blocks_of(keys, blocks);
@@ -167,13 +171,25 @@ public:
         }
     }
 
+    bool holds_all(const wire::message& m) const override {
+        const auto keys = key_seq<Key>::of(m);
+        std::shared_lock lock(locks_->rows());
+        if (!dense_ && !keys.runs) {
+            std::vector<std::uint32_t> rows(keys.data.size());
+            return rows_of_keys(keys.data, rows);
+        }
+        std::vector<block> blocks;
+        return blocks_of(keys, blocks);
+    }
+
     void read_shared(const wire::message& m, std::byte* out) const override {
         std::shared_lock lock(locks_->rows());
         read_locked(m, out);
     }
 
-    std::error_code apply_split(std::span<const request_part> parts,
-                                const part_runner& run) noexcept override {
+    std::error_code apply_split(std::span<const request_part> parts, const part_runner& run,
+                                std::size_t& created) noexcept override {
+        created = 0;
         try {
             std::vector<split_rows> found(parts.size());
             std::shared_lock lock(locks_->rows());
@@ -181,7 +197,7 @@ public:
             if (missing == split_found::missing) {
                 lock.unlock();
                 for (const auto& p : parts) {
-                    create_rows(key_seq<Key>::of(p.message));
+                    created += create_rows(key_seq<Key>::of(p.message));
                 }
                 lock.lock();
                 missing = find_split(parts, found, run); // rows stay while shared
@@ -527,15 +543,18 @@ private:
         return true;
     }
 
-    /// Creates the rows of `keys` not stored yet, with `rows` held exclusively.
-    void create_rows(const key_seq<Key>& keys) {
+    /// Creates the rows of `keys` not stored yet, with `rows` held exclusively; returns
+    /// how many it created.
+    std::size_t create_rows(const key_seq<Key>& keys) {
         std::lock_guard lock(locks_->rows());
+        const std::size_t before = size();
         if (dense_) {
             reserve_pages(keys);
         } else {
             reserve_keys(keys);
         }
         found_.clear();
+        return size() - before;
     }
 
     /// Calls `f(i)` for the index of every key of `keys` (ascending, stored), a stripe at

@@ -88,7 +88,13 @@ public:
     /// do the same or `read_shared`: concurrent pushes of one key are applied one after
     /// the other, in no set order. All or nothing: `errc::out_of_memory` when its rows
     /// cannot be created.
-    [[nodiscard]] virtual std::error_code apply_shared(const wire::message& m) noexcept = 0;
+    /// `created`: set to the rows this call created.
+    [[nodiscard]] virtual std::error_code apply_shared(const wire::message& m,
+                                                       std::size_t& created) noexcept = 0;
+    [[nodiscard]] std::error_code apply_shared(const wire::message& m) noexcept {
+        std::size_t created = 0;
+        return apply_shared(m, created);
+    }
     /// `read` while other threads may `apply_shared` or `read_shared`: each row is read
     /// whole, between two pushes. @throws std::bad_alloc
     virtual void read_shared(const wire::message& m, std::byte* out) const = 0;
@@ -97,7 +103,15 @@ public:
     /// what each part needs to be applied, are made before any part is applied;
     /// `errc::out_of_memory` when they cannot be.
     [[nodiscard]] virtual std::error_code apply_split(std::span<const request_part> parts,
-                                                      const part_runner& run) noexcept = 0;
+                                                      const part_runner& run,
+                                                      std::size_t& created) noexcept = 0;
+    [[nodiscard]] std::error_code apply_split(std::span<const request_part> parts,
+                                              const part_runner& run) noexcept {
+        std::size_t created = 0;
+        return apply_split(parts, run, created);
+    }
+    /// Whether every key of the push or pull `m` has its row (a push then creates none).
+    [[nodiscard]] virtual bool holds_all(const wire::message& m) const = 0;
     /// `read_shared` of one pull cut into `parts`, each read into `out` from its first
     /// key on, by `run`. @throws std::bad_alloc (before any part is read)
     virtual void read_split(std::span<const request_part> parts, std::byte* out,

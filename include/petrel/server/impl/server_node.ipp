@@ -385,9 +385,16 @@ PETREL_DECL bool server_node::state::handle_shared(const connection_ptr& c, wire
     }
     const bool failed = work && !run(*work, out);
     table.unlock();
-    if (failed) {
+    // (A closed connection's count is gone: not counted again.)
+    const bool created = work && work->created > 0 && c->is_open();
+    if (failed || created) {
         std::lock_guard server(mutex);
-        applied.forget(work->request.header.update_id, work->primary);
+        if (failed) {
+            applied.forget(work->request.header.update_id, work->primary);
+        }
+        if (created) {
+            count_rows(c.get(), work->created);
+        }
     }
     return true;
 }
@@ -571,7 +578,7 @@ PETREL_DECL bool server_node::state::run(shared_work& w, outbox& out) const noex
     return w.target != nullptr; // a pull remembered nothing
 }
 
-PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work& w,
+PETREL_DECL std::error_code server_node::state::apply_or_read(shared_work& w,
                                                               std::size_t threads) const {
     const auto& h = w.request.header;
     const std::size_t parts =
@@ -579,7 +586,7 @@ PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work&
                            split_least_bytes);
     if (parts <= 1) {
         if (!w.target) {
-            return w.table->apply_shared(w.request);
+            return w.table->apply_shared(w.request, w.created);
         }
         w.table->read_shared(w.request, w.target);
         return {};
@@ -590,7 +597,7 @@ PETREL_DECL std::error_code server_node::state::apply_or_read(const shared_work&
             detail::run_parts(executor, n, threads - 1, f);
         };
     if (!w.target) {
-        return w.table->apply_split(split, run_on_threads);
+        return w.table->apply_split(split, run_on_threads, w.created);
     }
     w.table->read_split(split, w.target, run_on_threads);
     return {};
@@ -728,6 +735,7 @@ PETREL_DECL void server_node::state::forget(const connection_ptr& c) {
         std::erase_if(slot.resync_held, [&](const waiting& w) { return w.conn == c; });
     }
     tables.forget(c.get());
+    rows_by.erase(c.get());
 }
 
 PETREL_DECL std::uint64_t server_node::state::held_share() const noexcept {

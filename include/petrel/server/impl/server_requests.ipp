@@ -42,6 +42,9 @@ PETREL_DECL void server_node::state::on_push(const connection_ptr& c, wire::mess
         ec = errc::invalid_argument; // variable-length rows: not supported by tables
     }
     table_slot* s = ec ? nullptr : tables.slot(h.table_id, ec, replica ? nullptr : c.get());
+    if (!ec && !replica && out_of_rows(*s, m, c.get())) {
+        ec = errc::too_many_rows; // its share of rows, and this push would create more
+    }
     if (!ec && ordered &&
         (s->held_bytes + bytes_of(m) > opts.max_held_bytes ||
          s->held_of(h.worker) + bytes_of(m) > held_share())) {
@@ -70,7 +73,7 @@ PETREL_DECL void server_node::state::on_push(const connection_ptr& c, wire::mess
         ec = s->table->check(h); // its rows are created when it is applied
         ec = ec ? ec : s->table->check_keys(m);
     } else if (!ec) {
-        ec = transfer ? load_rows(*s, m) : accept(*s, m);
+        ec = transfer ? load_rows(*s, m) : accept(*s, m, replica ? nullptr : c.get());
     }
     if (ec) {
         out.emplace_back(c, refusal(h, wire::message_kind::push_reply, ec));
@@ -194,7 +197,31 @@ PETREL_DECL bool server_node::state::duplicate(const table_slot& s,
     return false;
 }
 
-PETREL_DECL std::error_code server_node::state::accept(table_slot& s, const wire::message& m) {
+PETREL_DECL bool server_node::state::out_of_rows(const table_slot& s, const wire::message& m,
+                                                 const connection* by) const {
+    if (by == nullptr || opts.max_rows_per_connection == 0) {
+        return false;
+    }
+    const auto it = rows_by.find(by);
+    if (it == rows_by.end() || it->second < opts.max_rows_per_connection) {
+        return false;
+    }
+    if (m.header.key_count == 0) {
+        return false;
+    }
+    // Looked up only for a connection that used its share: the push may go on to rows
+    // that exist.
+    return !s.table || !s.table->holds_all(m);
+}
+
+PETREL_DECL void server_node::state::count_rows(const connection* by, std::uint64_t n) {
+    if (by != nullptr && n > 0 && opts.max_rows_per_connection != 0) {
+        rows_by[by] += n;
+    }
+}
+
+PETREL_DECL std::error_code server_node::state::accept(table_slot& s, const wire::message& m,
+                                                       const connection* by) {
     const bool created = !s.table;
     if (created) {
         s.table = detail::make_table(m.header);
@@ -204,6 +231,7 @@ PETREL_DECL std::error_code server_node::state::accept(table_slot& s, const wire
     if (auto ec = s.table->check_keys(m)) {
         return ec;
     }
+    const std::size_t before = s.table->size();
     try {
         s.table->reserve(m);
     } catch (const std::bad_alloc&) {
@@ -212,6 +240,7 @@ PETREL_DECL std::error_code server_node::state::accept(table_slot& s, const wire
         }
         return errc::out_of_memory;
     }
+    count_rows(by, s.table->size() - before);
     return {};
 }
 
