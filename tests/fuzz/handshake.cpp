@@ -8,6 +8,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
+#include <asio/error.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/write.hpp>
@@ -25,9 +26,35 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     static asio::io_context io;
     static asio::ip::tcp::acceptor acceptor(
         io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    // A connected pair over loopback. A signal (libFuzzer's timers) may interrupt a
+    // connect: it is made again, and the acceptor's end is the one whose peer is ours
+    // (an interrupted attempt may have left a connection behind).
     asio::ip::tcp::socket peer(io);
-    peer.connect(acceptor.local_endpoint());
-    petrel::detail::tcp_stream end(acceptor.accept());
+    std::error_code ec;
+    do {
+        peer.close(ec);
+        peer.connect(acceptor.local_endpoint(), ec);
+    } while (ec == asio::error::interrupted);
+    if (ec) {
+        return 0; // the host's resources (ports), not the input
+    }
+    asio::ip::tcp::socket accepted(io);
+    for (;;) {
+        accepted.close(ec);
+        acceptor.accept(accepted, ec);
+        if (ec == asio::error::interrupted) {
+            continue;
+        }
+        if (ec) {
+            return 0;
+        }
+        std::error_code a;
+        std::error_code b;
+        if (accepted.remote_endpoint(a) == peer.local_endpoint(b) && !a && !b) {
+            break;
+        }
+    }
+    petrel::detail::tcp_stream end(std::move(accepted));
     std::error_code ignored;
     asio::write(peer, asio::buffer(data + 1, size - 1), ignored);
     peer.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
