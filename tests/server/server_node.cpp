@@ -244,6 +244,17 @@ struct fixture {
         return reply.get();
     }
 
+    /// Sends `m` with a fresh request id on another connection (`connect`), whose messages
+    /// go to `other`, and returns the reply's status.
+    std::uint32_t status_on(raw_client& other, const petrel::connection_ptr& conn,
+                            wire::message m) {
+        m.header.request_id = next_id++;
+        auto reply = other.expect(m.header.request_id);
+        conn->send(std::move(m));
+        REQUIRE(reply.wait_for(timeout) == std::future_status::ready);
+        return reply.get().header.status;
+    }
+
     /// Pulls `keys` (u64) from a float table of `width` and checks that it succeeded.
     std::vector<float> pull(std::uint32_t table, const std::vector<std::uint64_t>& keys,
                             std::uint32_t width = 1) {
@@ -633,14 +644,6 @@ TEMPLATE_TEST_CASE("server_node: one connection creates at most its share of the
     fixture<TestType> f({},
                         {.node_id = server_id, .max_tables = 5, .max_tables_per_connection = 2});
     auto other = f.connect(second);
-    auto send = [&](raw_client& client, const petrel::connection_ptr& conn, wire::message m,
-                    std::uint64_t id) {
-        m.header.request_id = id;
-        auto reply = client.expect(id);
-        conn->send(std::move(m));
-        REQUIRE(reply.wait_for(timeout) == std::future_status::ready);
-        return reply.get().header.status;
-    };
     constexpr auto refused = static_cast<std::uint32_t>(errc::too_many_tables);
     // The first connection creates tables 1 (a push) and 2 (a pull); a third is refused,
     // whether a push, a pull or a clock names it, and nothing of it is created.
@@ -656,18 +659,18 @@ TEMPLATE_TEST_CASE("server_node: one connection creates at most its share of the
     REQUIRE(f.call(push_of<std::uint64_t, float>(2, {4}, {4})).header.status == 0);
     REQUIRE(f.call(push_of<std::uint64_t, float>(1, {2}, {2})).header.status == 0);
     // The other connection creates two of its own and uses the first one's tables.
-    CHECK(send(second, other, push_of<std::uint64_t, float>(3, {1}, {3}), 1001) == 0);
-    CHECK(send(second, other, push_of<std::uint64_t, float>(4, {1}, {4}), 1002) == 0);
-    CHECK(send(second, other, push_of<std::uint64_t, float>(1, {1}, {1}), 1003) == 0);
-    CHECK(send(second, other, push_of<std::uint64_t, float>(6, {1}, {6}), 1004) == refused);
+    CHECK(f.status_on(second, other, push_of<std::uint64_t, float>(3, {1}, {3})) == 0);
+    CHECK(f.status_on(second, other, push_of<std::uint64_t, float>(4, {1}, {4})) == 0);
+    CHECK(f.status_on(second, other, push_of<std::uint64_t, float>(1, {1}, {1})) == 0);
+    CHECK(f.status_on(second, other, push_of<std::uint64_t, float>(6, {1}, {6})) == refused);
     // The first connection closes: its tables and their rows stay; a new connection of its
     // peer creates table 5, the last the server holds, and then the server is full.
     f.conn->close();
     REQUIRE(f.client.closed.get_future().wait_for(timeout) == std::future_status::ready);
     auto again = f.connect(third);
-    CHECK(send(third, again, pull_of<std::uint64_t, float>(1, {1, 2}), 2001) == 0);
-    CHECK(send(third, again, push_of<std::uint64_t, float>(5, {1}, {5}), 2002) == 0);
-    CHECK(send(third, again, push_of<std::uint64_t, float>(7, {1}, {7}), 2003) == refused);
+    CHECK(f.status_on(third, again, pull_of<std::uint64_t, float>(1, {1, 2})) == 0);
+    CHECK(f.status_on(third, again, push_of<std::uint64_t, float>(5, {1}, {5})) == 0);
+    CHECK(f.status_on(third, again, push_of<std::uint64_t, float>(7, {1}, {7})) == refused);
     CHECK(f.server.key_count(1) == 2);
     CHECK(f.server.key_count(2) == 1);
     CHECK(f.server.key_count(5) == 1);
@@ -682,14 +685,6 @@ TEMPLATE_TEST_CASE("server_node: the pushes of one connection create at most its
     raw_client third;
     fixture<TestType> f({}, {.node_id = server_id, .workers = 1, .max_rows_per_connection = 100});
     auto other = f.connect(second);
-    auto send = [&](raw_client& client, const petrel::connection_ptr& conn, wire::message m,
-                    std::uint64_t id) {
-        m.header.request_id = id;
-        auto reply = client.expect(id);
-        conn->send(std::move(m));
-        REQUIRE(reply.wait_for(timeout) == std::future_status::ready);
-        return reply.get().header.status;
-    };
     auto keys_from = [](std::uint64_t first, std::size_t n) {
         std::vector<std::uint64_t> keys(n);
         std::iota(keys.begin(), keys.end(), first);
@@ -722,13 +717,13 @@ TEMPLATE_TEST_CASE("server_node: the pushes of one connection create at most its
     CHECK(f.call(pull_of<std::uint64_t, float>(0, {0, 777})).header.status == 0);
     CHECK(f.server.key_count(0) == 120);
     // Another connection creates rows of its own.
-    CHECK(send(second, other, push_of<std::uint64_t, float>(0, {700, 701}, {1, 1}), 1001) == 0);
+    CHECK(f.status_on(second, other, push_of<std::uint64_t, float>(0, {700, 701}, {1, 1})) == 0);
     CHECK(f.server.key_count(0) == 122);
     // The first connection closes: its rows stay, and a new connection counts afresh.
     f.conn->close();
     REQUIRE(f.client.closed.get_future().wait_for(timeout) == std::future_status::ready);
     auto again = f.connect(third);
-    CHECK(send(third, again, push_of<std::uint64_t, float>(0, {800}, {1}), 2001) == 0);
+    CHECK(f.status_on(third, again, push_of<std::uint64_t, float>(0, {800}, {1})) == 0);
     CHECK(f.server.key_count(0) == 123);
     other->close();
     again->close();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petrel/server/checkpoint.hpp>
+#include <petrel/server/detail/make_table.hpp>
 #include <petrel/server/detail/table.hpp>
 #include <petrel/server/table_registry.hpp>
 #include <petrel/wire/header.hpp>

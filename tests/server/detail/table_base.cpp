@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/server/detail/make_table.hpp>
 #include <petrel/server/detail/table.hpp>
 
 #include <atomic>

@@ -12,6 +12,7 @@
 #include <petrel/server/checkpoint_loader.hpp>
 #include <petrel/server/detail/change_watch.hpp>
 #include <petrel/server/detail/checkpoint_call.hpp>
+#include <petrel/server/detail/make_table.hpp>
 #include <petrel/server/detail/migration.hpp>
 #include <petrel/server/detail/part_runner.hpp>
 #include <petrel/server/detail/placement.hpp>
