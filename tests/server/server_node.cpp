@@ -712,6 +712,9 @@ TEMPLATE_TEST_CASE("server_node: the pushes of one connection create at most its
     CHECK(f.call(push_of<std::uint64_t, float>(9, {1}, {1})).header.status == refused);
     CHECK(f.server.key_count(0) == 120);
     CHECK(f.server.key_count(9) == 0);
+    // A push the table refuses anyway is not looked up as its keys: refused as such.
+    CHECK(f.call(push_of<std::uint32_t, float>(0, {5, 500}, {1, 1})).header.status ==
+          static_cast<std::uint32_t>(errc::key_type_mismatch));
     // Pushes to rows that exist, and pulls of any key, go on.
     CHECK(f.call(push_of<std::uint64_t, float>(0, {0, 1, 100}, {1, 1, 1})).header.status == 0);
     CHECK(f.call(pull_of<std::uint64_t, float>(0, {0, 777})).header.status == 0);

@@ -111,6 +111,7 @@ public:
         return apply_split(parts, run, created);
     }
     /// Whether every key of the push or pull `m` has its row (a push then creates none).
+    /// `m` passed `check` and `check_keys`.
     [[nodiscard]] virtual bool holds_all(const wire::message& m) const = 0;
     /// `read_shared` of one pull cut into `parts`, each read into `out` from its first
     /// key on, by `run`. @throws std::bad_alloc (before any part is read)

@@ -209,9 +209,15 @@ PETREL_DECL bool server_node::state::out_of_rows(const table_slot& s, const wire
     if (m.header.key_count == 0) {
         return false;
     }
+    if (!s.table) {
+        return true; // every row would be new
+    }
+    if (s.table->check(m.header) || s.table->check_keys(m)) {
+        return false; // not this table's keys: refused as such after this
+    }
     // Looked up only for a connection that used its share: the push may go on to rows
     // that exist.
-    return !s.table || !s.table->holds_all(m);
+    return !s.table->holds_all(m);
 }
 
 PETREL_DECL void server_node::state::count_rows(const connection* by, std::uint64_t n) {
