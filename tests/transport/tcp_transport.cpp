@@ -494,6 +494,9 @@ struct secured_pair {
         h.on_message = [this](const petrel::connection_ptr& c, petrel::wire::message&& m) {
             ++received;
             c->send(std::move(m)); // echo
+            if (close_after_echo) {
+                c->close(); // what was sent before leaves first
+            }
         };
         address = server.listen("127.0.0.1:0", h);
     }
@@ -571,6 +574,7 @@ struct secured_pair {
     petrel::tcp_transport client;
     std::string address;
     std::atomic<int> received{0};
+    std::atomic<bool> close_after_echo{false};
 };
 
 } // namespace
@@ -727,6 +731,14 @@ TEST_CASE("tcp_transport: with TLS, nodes whose certificates the job's authority
     SECTION("TLS alone") {
         secured_pair p(io, "", "", node, node);
         CHECK_FALSE(p.round_trip(marked_payload(1000)));
+    }
+    SECTION("a message sent right before close() arrives, small or large") {
+        secured_pair p(io, "job secret 1", "job secret 1", node, node);
+        p.close_after_echo = true;
+        for (int i = 0; i < 5; ++i) {
+            CHECK_FALSE(p.round_trip(marked_payload(64)));
+            CHECK_FALSE(p.round_trip(marked_payload(3 << 20)));
+        }
     }
     SECTION("an eavesdropper on the path sees none of the payload under TLS, all of it without") {
         const auto payload = marked_payload(256 << 10);

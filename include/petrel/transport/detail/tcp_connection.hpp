@@ -154,9 +154,23 @@ public:
         }
     }
 
+    /// Under TLS, messages sent before `close` leave first (the write loop writes them,
+    /// within `frame_timeout` when one is set): `flush` does not write them at once there.
     void close() override {
-        asio::post(stream_.get_executor(),
-                   [self = shared_from_this()] { self->finish(errc::shut_down); });
+        asio::post(stream_.get_executor(), [self = shared_from_this()] {
+            if (self->stream_.tls() != nullptr && !self->closed_ &&
+                self->frame_timeout_.count() > 0 && (self->writing_ || !self->queue_.empty())) {
+                self->open_.store(false, std::memory_order_relaxed); // nothing more joins
+                self->close_when_written_ = true;
+                self->write_deadline_ = clock::now() + self->frame_timeout_;
+                if (self->write_deadline_ < self->watching_until_) {
+                    self->watching_until_ = self->write_deadline_;
+                    self->watchdog_.expires_at(self->write_deadline_);
+                }
+                return;
+            }
+            self->finish(errc::shut_down);
+        });
     }
 
     [[nodiscard]] bool is_open() const noexcept override { return open_.load(); }
@@ -373,7 +387,8 @@ private:
         if (queued_bytes_ <= max_queued_bytes_ / 2 && !over_share) {
             drained_.cancel(); // a read loop held back by the queue may go on
         }
-        if (write_deadline_ != never && queued_bytes_ <= max_queued_bytes_ && !over_share) {
+        if (write_deadline_ != never && queued_bytes_ <= max_queued_bytes_ && !over_share &&
+            !close_when_written_) {
             write_deadline_ = never; // the watchdog finds that out
         }
     }
@@ -600,6 +615,10 @@ private:
         std::vector<asio::const_buffer> buffers;
         while (!closed_) {
             if (queue_.empty()) {
+                if (close_when_written_) {
+                    finish(errc::shut_down);
+                    co_return;
+                }
                 std::error_code ignored;
                 wake_.expires_at(asio::steady_timer::time_point::max());
                 co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
@@ -696,6 +715,7 @@ private:
     std::size_t front_written_ = 0;
     bool writing_ = false;
     bool closed_ = false;
+    bool close_when_written_ = false; // close() waits for the write loop (TLS)
     std::atomic<bool> open_{true};
 };
 
