@@ -511,6 +511,43 @@ std::uint32_t status_of_message(petrel::test::events& ev, std::size_t n) {
     return ev.messages[n - 1].header.status;
 }
 
+/// The registration again of server node 1 (rank 0) of job "job-a", holding view `v`,
+/// with the servers' `secret` and its `key`, as request 1.
+petrel::wire::message server_return(const petrel::membership_view& v, std::uint64_t secret,
+                                    petrel::node_key key) {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::join;
+    b.job_id = "job-a";
+    b.role = petrel::node_role::server;
+    b.id = 1;
+    b.address = v.find(1)->address;
+    b.secret = secret;
+    b.key = key;
+    b.version = v.version;
+    b.view = v;
+    auto m = petrel::detail::make_control(b);
+    m.header.request_id = 1;
+    return m;
+}
+
+/// A heartbeat, as request `id`.
+petrel::wire::message heartbeat(std::uint64_t id) {
+    petrel::detail::control_body b;
+    b.op = petrel::detail::control_op::heartbeat;
+    auto m = petrel::detail::make_control(b);
+    m.header.request_id = id;
+    return m;
+}
+
+/// How often `what` occurs in `text`.
+std::size_t occurrences(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+        ++n;
+    }
+    return n;
+}
+
 } // namespace
 
 TEST_CASE("manager_node: a hand-over without replicas is planned once, and servers that join "
@@ -668,21 +705,7 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     auto server = j.connect(t, ev_server, at);
     auto first = j.connect(t, ev_first, at);
     auto second = j.connect(t, ev_second, at);
-    {
-        petrel::detail::control_body b;
-        b.op = petrel::detail::control_op::join;
-        b.job_id = "job-a";
-        b.role = petrel::node_role::server;
-        b.id = 1;
-        b.address = v.find(1)->address;
-        b.secret = s->server_secret();
-        b.key = s->key();
-        b.version = v.version;
-        b.view = v;
-        auto m = petrel::detail::make_control(b);
-        m.header.request_id = 1;
-        server->send(std::move(m));
-    }
+    server->send(server_return(v, s->server_secret(), s->key()));
     auto back = [](petrel::wire::message m) {
         m.header.request_id = 1;
         return m;
@@ -693,6 +716,11 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     REQUIRE(reply_to(ev_first, 1) == 0u);
     REQUIRE(reply_to(ev_second, 1) == 0u);
     REQUIRE(next->view());
+    // Two of them confirm it, as members do with their next heartbeat.
+    server->send(heartbeat(2));
+    first->send(heartbeat(2));
+    REQUIRE(reply_to(ev_server, 2) == 0u);
+    REQUIRE(reply_to(ev_first, 2) == 0u);
     // A worker joins before the new manager learnt what the groups passed: it numbers its
     // barriers from a guess (none passed), so they are gathered as unnumbered.
     auto late = j.connect(t, ev_late, at);
@@ -866,6 +894,88 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
     CHECK(refused == static_cast<std::uint32_t>(petrel::errc::node_failed));
     t.close();
     next.close();
+}
+
+TEST_CASE("manager_node: two standbys never both take a job over: a node counted by both "
+          "confirms one, and the other gives the job back",
+          "[cluster][manager][fault]") {
+    petrel::test::events ev_a2; // outlive the io threads of the job
+    petrel::test::events ev_a3;
+    petrel::test::events ev_b3;
+    petrel::test::events ev_b1;
+    job j({.job_id = "job-a",
+           .servers = 1,
+           .workers = 2,
+           .drop_failed_workers = true, // so that a worker failing at B leaves the job on
+           .ring = {.partitions = 64}});
+    auto [s, w0, w1] = j.server_and_two_workers();
+    const auto v = *w0->view();
+    auto a = j.standby(1000ms);
+    auto b = j.standby(1000ms);
+    const auto at_a = a->listen("127.0.0.1:0");
+    const auto at_b = b->listen("127.0.0.1:0");
+    auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
+    // Node 2 comes back to A; node 3 to A and then, its connection there lost on its side
+    // only, to B, where the server (node 1) comes back too: each standby holds two of the
+    // job's three live servers and workers, a majority.
+    auto a2 = j.connect(t, ev_a2, at_a);
+    auto a3 = j.connect(t, ev_a3, at_a);
+    auto b3 = j.connect(t, ev_b3, at_b);
+    auto b1 = j.connect(t, ev_b1, at_b);
+    auto first = [](petrel::wire::message m) {
+        m.header.request_id = 1;
+        return m;
+    };
+    a2->send(first(worker_return(2, 1, v, w0->key())));
+    a3->send(first(worker_return(3, 2, v, w1->key())));
+    b3->send(first(worker_return(3, 2, v, w1->key())));
+    b1->send(server_return(v, s->server_secret(), s->key()));
+    // Each answers the nodes it holds after the heartbeat timeout ...
+    REQUIRE(reply_to(ev_a2, 1) == 0u);
+    REQUIRE(reply_to(ev_a3, 1) == 0u);
+    REQUIRE(reply_to(ev_b3, 1) == 0u);
+    REQUIRE(reply_to(ev_b1, 1) == 0u);
+    // ... and takes the job over only once a majority speaks on the connections it
+    // answered. Node 3 follows B only (a node has one manager): its barrier waits there
+    // while B is not confirmed.
+    b3->send(numbered_barrier(petrel::group::workers, 1, 10));
+    CHECK_FALSE(reply_to(ev_b3, 10, 100ms));
+    a2->send(heartbeat(2));
+    CHECK(reply_to(ev_a2, 2) == 0u);
+    b1->send(heartbeat(2));
+    // B is confirmed by nodes 1 and 3: node 2 did not come back to it and fails there,
+    // so node 3, the only live worker, passes its barrier.
+    CHECK(reply_to(ev_b1, 2) == 0u);
+    CHECK(reply_to(ev_b3, 10) == 0u);
+    REQUIRE(b->view());
+    CHECK(b->view()->find(0)->address == at_b);
+    CHECK(b->view()->find(2)->state == petrel::node_state::failed);
+    CHECK(b->view()->find(3)->state == petrel::node_state::alive);
+    // A has node 2 only: within its heartbeat timeout it gives the job back and closes
+    // the connections it answered, so that their nodes look for a manager again.
+    const auto deadline = std::chrono::steady_clock::now() + petrel::test::timeout;
+    while ((ev_a2.close_count() == 0 || ev_a3.close_count() == 0) &&
+           std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    CHECK(ev_a2.close_count() == 1);
+    CHECK(ev_a3.close_count() == 1);
+    CHECK_FALSE(a->view());
+    CHECK(ev_b3.close_count() == 0);
+    CHECK(ev_b1.close_count() == 0);
+    const auto logs = j.logs.all();
+    CHECK(occurrences(logs, "took job 'job-a' over") == 1);
+    CHECK_THAT(logs, Catch::Contains("did not take job 'job-a' over: only 1 of its 3 live "
+                                     "servers and workers confirmed"));
+    // A waits as a standby again: a node coming back to it is held, not answered.
+    auto again = j.connect(t, ev_a2, at_a);
+    auto m = worker_return(2, 1, v, w0->key());
+    m.header.request_id = 3;
+    again->send(std::move(m));
+    CHECK_FALSE(reply_to(ev_a2, 3, 300ms));
+    t.close();
+    a->close();
+    b->close();
 }
 
 namespace {

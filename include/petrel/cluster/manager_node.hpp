@@ -65,12 +65,17 @@ struct manager_options {
     /// that lost their manager register again with it, each with its id and the view it
     /// holds (`member_options::standby`, `member_options::manager_grace`). It takes the
     /// newest of those views once every live node of it has come back, or
-    /// `heartbeat_timeout` after the first came with a majority of them (readers aside);
-    /// the others are declared failed, as on a missed heartbeat. Without a majority
-    /// within four heartbeat timeouts it sends them away: the job's manager may still be
-    /// alive. Block schedules start again from their first round; barriers, data sets and
-    /// joins are asked for again by the nodes, barriers with their numbers, from which it
-    /// learns which barriers the lost manager released.
+    /// `heartbeat_timeout` after the first came with a majority of them (readers aside):
+    /// it answers them with that view + 1 and takes the job over once a majority of its
+    /// live servers and workers spoke on the connections it answered (their next
+    /// heartbeat); the others are then declared failed, as on a missed heartbeat. A node
+    /// follows one manager at a time, so of two standbys that both answered a majority
+    /// (a node counted by both) one is confirmed: the other, not confirmed within
+    /// `heartbeat_timeout`, closes the connections it answered (their nodes look again)
+    /// and waits as a standby. Without a majority within four heartbeat timeouts it sends
+    /// them away: the job's manager may still be alive. Block schedules start again from their
+    /// first round; barriers, data sets and joins are asked for again by the nodes, barriers with
+    /// their numbers, from which it learns which barriers the lost manager released.
     bool take_over = false;
     /// Readers attached at once (those waiting for the job to form included); one more
     /// is refused with `errc::job_full`, so that attaching cannot grow the view, and the

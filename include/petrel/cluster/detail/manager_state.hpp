@@ -89,7 +89,7 @@ struct manager_node::state : std::enable_shared_from_this<state> {
         std::deque<round_assignment> history;
     };
 
-    enum class phase { idle, registering, standby, running, finished };
+    enum class phase { idle, registering, standby, confirming, running, finished };
 
     explicit state(const any_transport& t);
 
@@ -136,6 +136,14 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     clock::time_point first_return{};
     std::uint64_t returned_secret = 0;
     std::vector<joining> held_joins;
+    // Confirming a takeover: the live servers and workers of the view it answered with,
+    // those of them that spoke since over the connections it answered, the requests held
+    // until a majority did, and when it gives the job back without one.
+    std::size_t voters = 0;
+    std::set<node_id> confirmed;
+    std::vector<joining> unconfirmed;
+    clock::time_point confirm_deadline{};
+    std::vector<connection_ptr> closing; // closed by flush(), after what it sends
     // The job's declarations (tables, remote functions): those of the first node that
     // joined with some; and the first refusal for a difference, for a startup failure.
     std::optional<declarations> declared;
@@ -185,8 +193,7 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     // ---- joins and forming the job ------------------------------------------------------
 
     void on_join(const connection_ptr& c, const wire::message_header& h, control_body b,
-                 std::vector<outgoing>& out,
-                 std::vector<std::function<void(std::error_code)>>& done);
+                 std::vector<outgoing>& out);
 
     /// Everyone is here: number the nodes, place the keys, answer every join.
     void form_job(std::vector<outgoing>& out);
@@ -348,20 +355,38 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     /// own manager, a node that is still live gets its registration moved to this
     /// connection, and one declared failed is told so (it may rejoin as a new node).
     void on_return(const connection_ptr& c, const wire::message_header& h, control_body b,
-                   std::vector<outgoing>& out,
-                   std::vector<std::function<void(std::error_code)>>& done);
+                   std::vector<outgoing>& out);
 
     wire::message return_reply(const wire::message_header& h, node_id id, node_role role) const;
     /// Why a registration of node `id` again without its key is refused.
     static std::string key_needed(node_id id);
 
-    /// Takes the job over once every live node of the newest view came back, or a
-    /// heartbeat timeout after the first with a majority; gives up on those that came
-    /// after four without one.
-    void try_take_over(std::vector<outgoing>& out,
-                       std::vector<std::function<void(std::error_code)>>& done);
+    /// Answers the nodes that came back once every live node of the newest view did, or
+    /// a heartbeat timeout after the first with a majority (`propose`); gives up on
+    /// those that came after four without one.
+    void try_take_over(std::vector<outgoing>& out);
 
+    /// Answers each node that came back with the newest view + 1, and waits for a
+    /// majority of its live servers and workers to confirm (phase confirming).
+    void propose(std::vector<outgoing>& out);
+
+    /// Confirming: a request of `c`. Counts its node as confirmed; holds what is not a
+    /// heartbeat until the takeover is confirmed. False when it is to be handled now.
+    bool hold_unconfirmed(const connection_ptr& c, const wire::message_header& h, control_body& b);
+
+    /// Confirming: takes the job over once a majority confirmed; gives it back once the
+    /// heartbeat timeout passed without one.
+    void try_confirm(std::vector<outgoing>& out,
+                     std::vector<std::function<void(std::error_code)>>& done);
+
+    /// The job is this manager's: nodes that did not come back fail; held joins and
+    /// requests are handled.
     void take_over(std::vector<outgoing>& out,
+                   std::vector<std::function<void(std::error_code)>>& done);
+
+    /// No majority confirmed: closes the connections of the nodes it answered (they look
+    /// for a manager again) and waits as a standby.
+    void step_down(std::vector<outgoing>& out,
                    std::vector<std::function<void(std::error_code)>>& done);
 };
 

@@ -202,10 +202,12 @@ PETREL_DECL void
 manager_node::state::flush(std::vector<outgoing>& out,
                            std::vector<std::function<void(std::error_code)>>& done) {
     std::vector<std::pair<log_level, std::string>> lines;
+    std::vector<connection_ptr> to_close;
     std::error_code ec;
     {
         std::lock_guard lock(mutex);
         lines.swap(notes);
+        to_close.swap(closing);
         ec = result;
     }
     for (const auto& [level, text] : lines) {
@@ -215,6 +217,9 @@ manager_node::state::flush(std::vector<outgoing>& out,
     }
     for (auto& o : out) {
         o.conn->send(std::move(o.message));
+    }
+    for (const auto& c : to_close) {
+        c->close();
     }
     for (auto& d : done) {
         d(ec);
@@ -244,7 +249,9 @@ PETREL_DECL void manager_node::state::on_tick() {
         if (ph == phase::registering && now >= startup_deadline) {
             startup_failed(out, done);
         } else if (ph == phase::standby) {
-            try_take_over(out, done);
+            try_take_over(out);
+        } else if (ph == phase::confirming) {
+            try_confirm(out, done);
         } else if (ph == phase::running) {
             std::vector<node_id> silent;
             for (const auto& [id, mem] : members) {

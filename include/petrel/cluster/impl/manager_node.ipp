@@ -201,9 +201,16 @@ manager_node::state::dispatch(const connection_ptr& c, const wire::message_heade
             mem->second.last_seen = clock::now();
         }
     }
+    if (ph == phase::confirming) {
+        const bool held = hold_unconfirmed(c, h, b);
+        try_confirm(out, done); // handles what it held once confirmed
+        if (held) {
+            return;
+        }
+    }
     switch (b.op) {
     case control_op::join:
-        on_join(c, h, std::move(b), out, done);
+        on_join(c, h, std::move(b), out);
         break;
     case control_op::heartbeat:
         on_heartbeat(c, h, out);
@@ -244,6 +251,7 @@ PETREL_DECL void manager_node::state::on_close(const connection_ptr& c) {
         std::erase_if(early_readers, [&](const joining& j) { return j.conn == c; });
         std::erase_if(held_joins, [&](const joining& j) { return j.conn == c; });
         std::erase_if(returning, [&](const auto& r) { return r.second.conn == c; });
+        std::erase_if(unconfirmed, [&](const joining& r) { return r.conn == c; });
         retired.erase(c.get());
         auto it = by_conn.find(c.get());
         if (it == by_conn.end() || ph == phase::finished) {
@@ -251,6 +259,12 @@ PETREL_DECL void manager_node::state::on_close(const connection_ptr& c) {
         }
         const node_id id = it->second;
         by_conn.erase(it);
+        if (ph == phase::confirming) {
+            // It confirms nothing now; if the takeover is confirmed, it has not come back.
+            members.erase(id);
+            confirmed.erase(id);
+            return;
+        }
         if (members.count(id) != 0) {
             fail_node(id, "its connection to the manager was lost", out, done);
         }
@@ -267,10 +281,9 @@ PETREL_DECL wire::message manager_node::state::refusal(const wire::message_heade
 
 // ---- joins and forming the job ----------------------------------------------------------
 
-PETREL_DECL void
-manager_node::state::on_join(const connection_ptr& c, const wire::message_header& h, control_body b,
-                             std::vector<outgoing>& out,
-                             std::vector<std::function<void(std::error_code)>>& done) {
+PETREL_DECL void manager_node::state::on_join(const connection_ptr& c,
+                                              const wire::message_header& h, control_body b,
+                                              std::vector<outgoing>& out) {
     if (b.job_id != opts.job_id) {
         // The refusal does not name this job: the id is not told to whoever asks.
         const auto asked = printable(b.job_id, detail::max_logged_id_bytes);
@@ -297,7 +310,7 @@ manager_node::state::on_join(const connection_ptr& c, const wire::message_header
         }
     }
     if (b.id != no_node) {
-        on_return(c, h, std::move(b), out, done);
+        on_return(c, h, std::move(b), out);
         return;
     }
     if (ph == phase::standby) {

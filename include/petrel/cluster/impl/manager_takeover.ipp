@@ -5,6 +5,7 @@
 
 #include <petrel/cluster/detail/manager_state.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <string>
@@ -15,10 +16,9 @@ namespace petrel {
 
 // ---- taking a job over ------------------------------------------------------------------
 
-PETREL_DECL void
-manager_node::state::on_return(const connection_ptr& c, const wire::message_header& h,
-                               control_body b, std::vector<outgoing>& out,
-                               std::vector<std::function<void(std::error_code)>>& done) {
+PETREL_DECL void manager_node::state::on_return(const connection_ptr& c,
+                                                const wire::message_header& h, control_body b,
+                                                std::vector<outgoing>& out) {
     const membership_view* held = b.view ? &*b.view : nullptr;
     const node_info* me = held ? held->find(b.id) : nullptr;
     bool placed = held && !held->ring.empty() &&
@@ -117,7 +117,7 @@ manager_node::state::on_return(const connection_ptr& c, const wire::message_head
     }
     const node_id id = b.id;
     returning[id] = {c, h, std::move(b)};
-    try_take_over(out, done);
+    try_take_over(out);
 }
 
 PETREL_DECL void manager_node::state::refuse_logged(const connection_ptr& c,
@@ -150,13 +150,11 @@ PETREL_DECL wire::message manager_node::state::return_reply(const wire::message_
     return detail::make_control(r, &h);
 }
 
-PETREL_DECL void
-manager_node::state::try_take_over(std::vector<outgoing>& out,
-                                   std::vector<std::function<void(std::error_code)>>& done) {
+PETREL_DECL void manager_node::state::try_take_over(std::vector<outgoing>& out) {
     if (ph != phase::standby || returning.empty() || !newest) {
         return;
     }
-    std::size_t voters = 0;
+    std::size_t count = 0;
     std::size_t back = 0;
     bool all = true;
     for (const auto& n : newest->nodes) {
@@ -166,18 +164,18 @@ manager_node::state::try_take_over(std::vector<outgoing>& out,
         const bool here = returning.count(n.id) != 0;
         all = all && here;
         if (n.role != node_role::reader) {
-            ++voters;
+            ++count;
             back += here ? 1 : 0;
         }
     }
     const auto since = clock::now() - first_return;
-    if (all || (since >= opts.heartbeat_timeout && 2 * back > voters)) {
-        take_over(out, done);
+    if (all || (since >= opts.heartbeat_timeout && 2 * back > count)) {
+        propose(out);
         return;
     }
     if (since >= 4 * opts.heartbeat_timeout) {
         const std::string why = "only " + std::to_string(back) + " of the " +
-                                std::to_string(voters) + " live nodes of job '" + opts.job_id +
+                                std::to_string(count) + " live nodes of job '" + opts.job_id +
                                 "' came here: its manager may still be alive";
         report(log_level::warning, "did not take the job over: " + why);
         for (const auto& [id, r] : returning) {
@@ -189,9 +187,7 @@ manager_node::state::try_take_over(std::vector<outgoing>& out,
     }
 }
 
-PETREL_DECL void
-manager_node::state::take_over(std::vector<outgoing>& out,
-                               std::vector<std::function<void(std::error_code)>>& done) {
+PETREL_DECL void manager_node::state::propose(std::vector<outgoing>& out) {
     auto v = std::make_shared<membership_view>(*newest);
     ++v->version;
     for (auto& n : v->nodes) {
@@ -204,21 +200,19 @@ manager_node::state::take_over(std::vector<outgoing>& out,
         secret = returned_secret;
     }
     view = v;
-    ph = phase::running;
-    for (auto& bar : barriers) {
-        bar = {};
-        bar.learning = true; // which barriers the old manager released, the nodes say
-    }
+    ph = phase::confirming;
+    confirm_deadline = clock::now() + opts.heartbeat_timeout;
+    confirmed.clear();
+    voters = 0;
     const auto now = clock::now();
-    std::vector<node_id> absent;
     std::size_t back = 0;
     for (const auto& n : v->nodes) {
         if (n.role == node_role::manager || n.state != node_state::alive) {
             continue;
         }
+        voters += n.role != node_role::reader ? 1 : 0;
         auto it = returning.find(n.id);
         if (it == returning.end()) {
-            absent.push_back(n.id);
             continue;
         }
         members[n.id] = {it->second.conn, now, it->second.body.key};
@@ -231,6 +225,60 @@ manager_node::state::take_over(std::vector<outgoing>& out,
             out.push_back({r.conn, refusal(r.request, errc::node_failed,
                                            "node " + std::to_string(id) +
                                                " is not live in the job's newest view")});
+        }
+    }
+    report(log_level::info, "answered the " + std::to_string(back) + " nodes of job '" +
+                                opts.job_id + "' that came back (view " +
+                                std::to_string(v->version) +
+                                "): it takes the job over once a majority of its " +
+                                std::to_string(voters) + " live servers and workers confirm");
+    returning.clear();
+    newest.reset();
+}
+
+PETREL_DECL bool manager_node::state::hold_unconfirmed(const connection_ptr& c,
+                                                       const wire::message_header& h,
+                                                       control_body& b) {
+    if (auto it = by_conn.find(c.get()); it != by_conn.end()) {
+        const auto* n = view->find(it->second);
+        if (n && n->role != node_role::reader) {
+            confirmed.insert(it->second);
+        }
+    }
+    if (b.op == control_op::heartbeat) {
+        return false;
+    }
+    unconfirmed.push_back({c, h, std::move(b)});
+    return true;
+}
+
+PETREL_DECL void
+manager_node::state::try_confirm(std::vector<outgoing>& out,
+                                 std::vector<std::function<void(std::error_code)>>& done) {
+    if (ph != phase::confirming) {
+        return;
+    }
+    if (2 * confirmed.size() > voters) {
+        take_over(out, done);
+    } else if (clock::now() >= confirm_deadline) {
+        step_down(out, done);
+    }
+}
+
+PETREL_DECL void
+manager_node::state::take_over(std::vector<outgoing>& out,
+                               std::vector<std::function<void(std::error_code)>>& done) {
+    ph = phase::running;
+    for (auto& bar : barriers) {
+        bar = {};
+        bar.learning = true; // which barriers the old manager released, the nodes say
+    }
+    const auto v = view;
+    std::vector<node_id> absent;
+    for (const auto& n : v->nodes) {
+        if (n.role != node_role::manager && n.state == node_state::alive &&
+            members.count(n.id) == 0) {
+            absent.push_back(n.id);
         }
     }
     // Servers that were joining when the manager was lost report their copies
@@ -255,11 +303,12 @@ manager_node::state::take_over(std::vector<outgoing>& out,
             }
         }
     }
-    report(log_level::warning, "took job '" + opts.job_id +
-                                   "' over from its lost manager: " + std::to_string(back) +
-                                   " nodes came back (view " + std::to_string(v->version) + ")");
-    returning.clear();
-    newest.reset();
+    report(log_level::warning, "took job '" + opts.job_id + "' over from its lost manager: " +
+                                   std::to_string(members.size()) + " nodes came back, " +
+                                   std::to_string(confirmed.size()) + " of " +
+                                   std::to_string(voters) + " live servers and workers " +
+                                   "confirmed (view " + std::to_string(v->version) + ")");
+    confirmed.clear();
     for (const auto id : absent) {
         if (view->find(id)->state == node_state::alive) {
             fail_node(id, "it did not come back to the manager that took the job over", out, done);
@@ -268,9 +317,44 @@ manager_node::state::take_over(std::vector<outgoing>& out,
     auto waiting = std::move(held_joins);
     held_joins.clear();
     for (auto& j : waiting) {
-        on_join(j.conn, j.request, std::move(j.body), out, done);
+        on_join(j.conn, j.request, std::move(j.body), out);
+    }
+    auto requests = std::move(unconfirmed);
+    unconfirmed.clear();
+    for (auto& r : requests) {
+        dispatch(r.conn, r.request, std::move(r.body), out, done);
     }
     check_finished(done);
+}
+
+PETREL_DECL void
+manager_node::state::step_down(std::vector<outgoing>& out,
+                               std::vector<std::function<void(std::error_code)>>& done) {
+    report(log_level::warning,
+           "did not take job '" + opts.job_id + "' over: only " + std::to_string(confirmed.size()) +
+               " of its " + std::to_string(voters) + " live servers and workers confirmed within " +
+               std::to_string(opts.heartbeat_timeout.count()) +
+               " ms (another manager may have taken it over); the nodes it answered look again");
+    for (const auto& [id, mem] : members) {
+        closing.push_back(mem.conn);
+    }
+    members.clear();
+    by_conn.clear();
+    confirmed.clear();
+    view.reset();
+    barriers = {};
+    unnumbered.clear();
+    ph = phase::standby;
+    // What others asked meanwhile waits as at a standby; the answered nodes' requests go
+    // with their connections.
+    auto requests = std::move(unconfirmed);
+    unconfirmed.clear();
+    for (auto& r : requests) {
+        const bool answered = std::find(closing.begin(), closing.end(), r.conn) != closing.end();
+        if (!answered) {
+            dispatch(r.conn, r.request, std::move(r.body), out, done);
+        }
+    }
 }
 
 } // namespace petrel
