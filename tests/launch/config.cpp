@@ -921,3 +921,26 @@ TEST_CASE("config: the checkpoint root is absolute; the working directory under 
                Catch::Contains("--checkpoint-root") && Catch::Contains("empty"));
     CHECK_THAT(petrel::usage("train"), Catch::Contains("PETREL_CHECKPOINT_ROOT"));
 }
+
+TEST_CASE("config: the limits a process keeps for its peers, from the program, the command line "
+          "or the environment, each in --help",
+          "[launch][security]") {
+    CHECK(resolve_with({}).limits == petrel::process_limits{});
+    config c;
+    c.limits.max_readers = 4;
+    const auto s = resolve_with(c, {"--max-rows-per-connection", "1M", "--idle-timeout=120000"},
+                                {{"PETREL_MAX_QUEUED_REPLY_BYTES", "512M"}});
+    CHECK(s.limits == petrel::process_limits{.idle_timeout = std::chrono::milliseconds(120000),
+                                             .max_queued_reply_bytes = 512u << 20,
+                                             .max_rows_per_connection = 1u << 20,
+                                             .max_readers = 4});
+    CHECK_THAT(resolve_error({}, {"--max-connections", "0"}),
+               Catch::Contains("--max-connections=\"0\": must be at least 1"));
+    for (const auto* name :
+         {"max-connections", "max-connections-per-address", "idle-timeout", "frame-timeout",
+          "max-receiving-bytes", "max-queued-reply-bytes", "max-cached-key-bytes", "max-held-bytes",
+          "max-tables-per-connection", "max-rows-per-connection", "max-readers", "reader-grace"}) {
+        INFO(name);
+        CHECK_THAT(petrel::usage("train"), Catch::Contains("--" + std::string(name) + " "));
+    }
+}

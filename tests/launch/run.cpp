@@ -216,6 +216,45 @@ TEST_CASE("run: saves write under the checkpoint root; a directory out of it is 
     CHECK(rows == 3);
 }
 
+TEST_CASE("run: the limits given reach the nodes: a worker's pushes create no more rows than "
+          "max_rows_per_connection",
+          "[launch][security]") {
+    auto cfg = quick_heartbeats();
+    cfg.servers = 1;
+    cfg.workers = 1;
+    cfg.limits.max_rows_per_connection = 100;
+    petrel::test::log_capture log;
+    std::error_code refused;
+    bool existing_taken = false;
+    REQUIRE(petrel::run(
+                cfg,
+                [&](petrel::worker_node& w) {
+                    petrel::kv_store<std::uint64_t, float> kv(w, {.table_id = 3});
+                    // Rows 0..59, then 1000..1059 (under the limit when sent, 120 after),
+                    // then 2000..2059: over the limit, refused whole.
+                    std::array<std::vector<std::uint64_t>, 3> keys;
+                    for (std::uint64_t part = 0; part < keys.size(); ++part) {
+                        for (std::uint64_t i = 0; i < 60; ++i) {
+                            keys[part].push_back(1000 * part + i);
+                        }
+                    }
+                    const xt::xtensor<float, 1> ones = xt::ones<float>({std::size_t{60}});
+                    kv.push(keys[0], ones, asio::use_future).get();
+                    kv.push(keys[1], ones, asio::use_future).get();
+                    try {
+                        kv.push(keys[2], ones, asio::use_future).get();
+                    } catch (const std::system_error& e) {
+                        refused = e.code();
+                    }
+                    kv.push(keys[0], ones, asio::use_future).get(); // rows that exist: taken
+                    existing_taken = true;
+                    kv.clock();
+                },
+                log.logger()) == petrel::run_ok);
+    CHECK(refused == petrel::errc::too_many_rows);
+    CHECK(existing_taken);
+}
+
 // The job itself. Without a launcher it is an in-process cluster of 3 servers and 4
 // workers over loopback TCP; started by the tests below (PETREL_*, mpirun, namespaces)
 // each process hosts its share.

@@ -3,11 +3,13 @@
 
 #include <petrel/cluster/node.hpp>
 #include <petrel/fwd.hpp>
+#include <petrel/launch/detail/config_limits.hpp>
 #include <petrel/launch/detail/config_options.hpp>
 #include <petrel/launch/detail/config_values.hpp>
 #include <petrel/launch/detail/secret_file.hpp>
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/layout.hpp>
+#include <petrel/launch/limits.hpp>
 #include <petrel/transport/tls_files.hpp>
 
 #include <algorithm>
@@ -141,6 +143,9 @@ struct config {
     /// `--checkpoint-root DIR`, `PETREL_CHECKPOINT_ROOT`. Default: the working directory
     /// under a launcher; none without one (every node is in this process).
     std::optional<std::string> checkpoint_root{};
+    /// Limits on what this process holds for its peers (`--max-connections N`, ...; see
+    /// `process_limits`). Those left unset keep their defaults.
+    process_limits limits{};
 };
 
 /// Every setting with its value, what the launcher said, and what this process hosts.
@@ -196,6 +201,8 @@ struct settings {
     tls_files tls;
     /// Where saves write checkpoints, as an absolute path (empty: anywhere).
     std::string checkpoint_root;
+    /// The limits given (`config::limits`); the others keep their defaults.
+    process_limits limits;
     /// What the launcher said (`launcher_kind::embedded` without one).
     launch_info launch;
     /// `--help` or `-h` was given: print `usage()` and exit.
@@ -583,6 +590,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     } else if (launched) {
         s.checkpoint_root = std::filesystem::current_path().string();
     }
+    s.limits = config_limits(program.limits, cl, env, overridden);
     s.overridden = std::move(overridden);
     return s;
 }

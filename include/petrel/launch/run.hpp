@@ -7,6 +7,7 @@
 #include <petrel/cluster/worker_node.hpp>
 #include <petrel/core/log.hpp>
 #include <petrel/launch/config.hpp>
+#include <petrel/launch/detail/apply_limits.hpp>
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/server_agent.hpp>
 #include <petrel/server/server_node.hpp>
@@ -364,6 +365,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     topts.log = log;
     topts.secret = s.secret;
     topts.tls = s.tls;
+    detail::apply_limits(s.limits, topts);
     if (s.tls.enabled()) {
         try {
             (void)detail::make_tls_context(s.tls); // each transport makes its own
@@ -424,16 +426,17 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
         std::vector<std::shared_ptr<member>> members; // servers first, then workers
         std::string root = s.root;
         try {
-            const manager_options job_manager{.job_id = s.job_id,
-                                              .servers = s.servers,
-                                              .workers = s.workers,
-                                              .max_workers = s.max_workers,
-                                              .max_servers = s.max_servers,
-                                              .drop_failed_workers =
-                                                  s.worker_failure == worker_failure::drop,
-                                              .ring = {.replicas = s.replicas},
-                                              .heartbeat_timeout = s.heartbeat_timeout,
-                                              .startup_timeout = s.startup_timeout};
+            manager_options job_manager{.job_id = s.job_id,
+                                        .servers = s.servers,
+                                        .workers = s.workers,
+                                        .max_workers = s.max_workers,
+                                        .max_servers = s.max_servers,
+                                        .drop_failed_workers =
+                                            s.worker_failure == worker_failure::drop,
+                                        .ring = {.replicas = s.replicas},
+                                        .heartbeat_timeout = s.heartbeat_timeout,
+                                        .startup_timeout = s.startup_timeout};
+            detail::apply_limits(s.limits, job_manager);
             if (s.managers_here > 0) {
                 auto mo = job_manager;
                 mo.take_over = s.join == node_role::manager; // restarted at the root
@@ -483,6 +486,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                 so.replication_timeout = std::min(s.request_timeout / 2, 2 * s.heartbeat_timeout);
                 so.split_threads = detail::server_split_threads(s.threads, s.servers_here);
                 so.checkpoint_root = s.checkpoint_root;
+                detail::apply_limits(s.limits, so);
                 auto server =
                     std::make_shared<server_node>(tcp_transport(io.get_executor(), topts), so);
                 const auto bound = server->listen(detail::host_port(s.bind, 0));

@@ -20,7 +20,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 27> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 39> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -113,6 +113,42 @@ struct config_option {
          "The directory under which saves write checkpoints: a save names a relative "
          "directory without \"..\" under it, and any other is refused. Default: the "
          "working directory under a launcher; none without one."},
+        {"max-connections", "N", "PETREL_MAX_CONNECTIONS",
+         "Connections each listener of this process keeps at once; one more is closed at once "
+         "and logged. Default: 4096."},
+        {"max-connections-per-address", "N", "PETREL_MAX_CONNECTIONS_PER_ADDRESS",
+         "Of those, from one peer address. Default: 512."},
+        {"idle-timeout", "MS", "PETREL_IDLE_TIMEOUT",
+         "Milliseconds after which an accepted connection on which nothing arrived is closed; "
+         "more than the longest a pull may wait for a slow clock. Default: 0 (never)."},
+        {"frame-timeout", "MS", "PETREL_FRAME_TIMEOUT",
+         "Milliseconds a frame's header may take to arrive once begun, and a peer that does "
+         "not read its queued replies may take to read some. Default: 30000; 0: no deadline."},
+        {"max-receiving-bytes", "BYTES", "PETREL_MAX_RECEIVING_BYTES",
+         "Bytes of frames this process's accepted connections receive at once, together "
+         "(K, M, G, T: times 1024^1..4). Default: 2G; 0: no budget."},
+        {"max-queued-reply-bytes", "BYTES", "PETREL_MAX_QUEUED_REPLY_BYTES",
+         "Bytes of replies this process's accepted connections hold queued for peers, "
+         "together; a peer holding more than its share is read no more until it takes some. "
+         "Default: 2G; 0: no budget."},
+        {"max-cached-key-bytes", "BYTES", "PETREL_MAX_CACHED_KEY_BYTES",
+         "Bytes of key lists this process keeps for its peers to refer to, together. "
+         "Default: 1G; 0: no budget beyond each connection's."},
+        {"max-held-bytes", "BYTES", "PETREL_MAX_HELD_BYTES",
+         "Bytes of pushes a table of a server holds back for their clock before it refuses "
+         "more (each worker's share: twice an even one). Default: 1G."},
+        {"max-tables-per-connection", "N", "PETREL_MAX_TABLES_PER_CONNECTION",
+         "Tables the requests of one connection may create on a server. Default: 1024; 0: "
+         "as many as a server holds (4096)."},
+        {"max-rows-per-connection", "N", "PETREL_MAX_ROWS_PER_CONNECTION",
+         "Rows (keys) the pushes of one connection may create on a server, over all tables "
+         "(K, M, G, T: times 1024^1..4). Default: 256M; 0: no limit."},
+        {"max-readers", "N", "PETREL_MAX_READERS",
+         "Readers attached to the job at once; one more is refused. Read by the manager. "
+         "Default: 64."},
+        {"reader-grace", "MS", "PETREL_READER_GRACE",
+         "Milliseconds a reader that left or failed stays in the job's view. Read by the "
+         "manager. Default: 60000."},
     }};
 }
 

@@ -43,6 +43,9 @@ template <typename T>
 [[nodiscard]] inline std::string config_describe(std::uint32_t v) {
     return std::to_string(v);
 }
+[[nodiscard]] inline std::string config_describe(std::uint64_t v) {
+    return std::to_string(v);
+}
 [[nodiscard]] inline std::string config_describe(bool v) {
     return v ? "1" : "0";
 }
