@@ -4,6 +4,7 @@
 #include "support/events.hpp"
 
 #include <petrel/cluster/member.hpp>
+#include <petrel/cluster/worker_node.hpp>
 #include <petrel/server/remote_function.hpp>
 #include <petrel/server/table_registry.hpp>
 #include <petrel/transport/tcp_transport.hpp>
@@ -119,6 +120,16 @@ petrel::wire::message worker_join(std::uint32_t rank) {
     return petrel::detail::make_control(b);
 }
 
+/// Whether `pred` holds for `watcher`'s view within the test's timeout.
+template <typename Pred>
+bool view_becomes(const petrel::member& watcher, Pred pred) {
+    const auto until = std::chrono::steady_clock::now() + petrel::test::timeout;
+    while (!pred(*watcher.view()) && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(10ms);
+    }
+    return pred(*watcher.view());
+}
+
 /// Joins every member concurrently (the job forms once all registered).
 void join_all(const std::vector<std::shared_ptr<petrel::member>>& members) {
     std::vector<std::future<void>> joins;
@@ -220,7 +231,7 @@ TEST_CASE("manager_node: barriers release a group once all its live members arri
     CHECK(j.manager.failure().empty());
 }
 
-TEST_CASE("manager_node: readers that went leave the view after reader_grace; ids and "
+TEST_CASE("manager_node: readers that went leave the view after departed_grace; ids and "
           "readers' indices never repeat",
           "[cluster][manager][security]") {
     job j({.job_id = "job-a",
@@ -228,7 +239,7 @@ TEST_CASE("manager_node: readers that went leave the view after reader_grace; id
            .workers = 2,
            .ring = {.partitions = 64},
            .heartbeat_timeout = 2000ms,
-           .reader_grace = 300ms});
+           .departed_grace = 300ms});
     auto [s, w0, w1] = j.server_and_two_workers();
     auto reader = [&](std::uint32_t rank) {
         auto r = j.make(petrel::node_role::reader, rank);
@@ -236,14 +247,7 @@ TEST_CASE("manager_node: readers that went leave the view after reader_grace; id
         REQUIRE_FALSE(code_of(joined));
         return r;
     };
-    // Sees `pred` in worker 0's view within the test's timeout.
-    auto eventually = [&, watcher = w0](auto pred) {
-        const auto until = std::chrono::steady_clock::now() + petrel::test::timeout;
-        while (!pred(*watcher->view()) && std::chrono::steady_clock::now() < until) {
-            std::this_thread::sleep_for(10ms);
-        }
-        return pred(*watcher->view());
-    };
+    auto eventually = [watcher = w0](auto pred) { return view_becomes(*watcher, pred); };
     auto r4 = reader(10);
     auto r5 = reader(11);
     auto r6 = reader(12);
@@ -264,7 +268,7 @@ TEST_CASE("manager_node: readers that went leave the view after reader_grace; id
     CHECK(w0->view()->nodes.size() == 5);
     CHECK(w0->view()->find(6)->state == petrel::node_state::alive);
     CHECK(*s->view() == *w0->view());
-    CHECK_THAT(j.logs.all(), Catch::Contains("2 readers that went are left out of the view"));
+    CHECK_THAT(j.logs.all(), Catch::Contains("2 nodes that went are left out of the view"));
     // The highest id stays while it is the highest: the next reader counts on from it.
     auto gone = r6->async_leave(asio::use_future);
     REQUIRE_FALSE(code_of(gone));
@@ -281,6 +285,74 @@ TEST_CASE("manager_node: readers that went leave the view after reader_grace; id
     CHECK_FALSE(code_of(b0));
     CHECK_FALSE(code_of(b1));
     r7->close();
+}
+
+TEST_CASE("manager_node: workers that joined the running job and went leave the view after "
+          "departed_grace; those the job formed with stay",
+          "[cluster][manager][security]") {
+    job j({.job_id = "job-a",
+           .servers = 1,
+           .workers = 2,
+           .max_workers = 4,
+           .drop_failed_workers = true,
+           .ring = {.partitions = 64},
+           .heartbeat_timeout = 2000ms,
+           .departed_grace = 300ms});
+    auto [s, w0, w1] = j.server_and_two_workers();
+    auto worker = [&](std::uint32_t rank) {
+        auto w = j.make(petrel::node_role::worker, rank);
+        auto joined = w->async_join(asio::use_future);
+        REQUIRE_FALSE(code_of(joined));
+        return w;
+    };
+    auto eventually = [watcher = w0](auto pred) { return view_becomes(*watcher, pred); };
+    auto e4 = worker(3);
+    auto e5 = worker(4);
+    CHECK(e4->id() == 4);
+    CHECK(e5->view()->find(5)->index == 3);
+    // A worker that joined leaves, another fails (the job drops it): both go. A worker
+    // the job formed with leaves too: it stays, its index is in every server's clocks.
+    auto left = e4->async_leave(asio::use_future);
+    REQUIRE_FALSE(code_of(left));
+    e5->close();
+    auto formed_left = w1->async_leave(asio::use_future);
+    REQUIRE_FALSE(code_of(formed_left));
+    auto e6 = worker(5); // the highest id and index: stays when it goes
+    CHECK(e6->id() == 6);
+    CHECK(e6->view()->find(6)->index == 4);
+    REQUIRE(eventually([](const petrel::membership_view& v) {
+        return v.find(5) && v.find(5)->state == petrel::node_state::failed;
+    }));
+    REQUIRE(eventually([](const petrel::membership_view& v) { return !v.find(4) && !v.find(5); }));
+    const auto v = *w0->view();
+    CHECK(v.find(3)->state == petrel::node_state::left);
+    CHECK(v.nodes.size() == 5); // manager, server, the two formed workers, worker 6
+    CHECK(*s->view() == v);
+    auto last_left = e6->async_leave(asio::use_future);
+    REQUIRE_FALSE(code_of(last_left));
+    std::this_thread::sleep_for(600ms);
+    REQUIRE(w0->view()->find(6));
+    // Ids and indices count on from the highest: none repeats.
+    auto e7 = worker(6);
+    CHECK(e7->id() == 7);
+    CHECK(e7->view()->find(7)->index == 5);
+    REQUIRE(eventually([](const petrel::membership_view& v) { return !v.find(6); }));
+    CHECK(w0->view()->find(3));
+    {
+        // Three workers in the view, of indices 0, 1 and 5: a worker counts by index.
+        REQUIRE(eventually([&](const petrel::membership_view&) { return !e7->view()->find(6); }));
+        petrel::worker_node w(petrel::tcp_transport(j.io.executor(), j.quiet()), e7);
+        CHECK(w.view()->of_role(petrel::node_role::worker).size() == 3);
+        CHECK(w.workers() == 6);
+        CHECK(w.rank() == 5);
+        CHECK(w.servers() == 1);
+    }
+    // The job goes on: the live workers pass a barrier.
+    auto b0 = w0->async_barrier(petrel::group::workers, asio::use_future);
+    auto b7 = e7->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK_FALSE(code_of(b0));
+    CHECK_FALSE(code_of(b7));
+    e7->close();
 }
 
 TEST_CASE("manager_node: a node of another job is refused", "[cluster][manager]") {

@@ -939,7 +939,7 @@ TEST_CASE("config: the limits a process keeps for its peers, from the program, t
     for (const auto* name :
          {"max-connections", "max-connections-per-address", "idle-timeout", "frame-timeout",
           "max-receiving-bytes", "max-queued-reply-bytes", "max-cached-key-bytes", "max-held-bytes",
-          "max-tables-per-connection", "max-rows-per-connection", "max-readers", "reader-grace"}) {
+          "max-tables-per-connection", "max-rows-per-connection", "max-readers", "departed-grace"}) {
         INFO(name);
         CHECK_THAT(petrel::usage("train"), Catch::Contains("--" + std::string(name) + " "));
     }

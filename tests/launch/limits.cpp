@@ -20,10 +20,10 @@ TEST_CASE("process_limits: none is set by default; limits compare by what they s
     CHECK_FALSE(none.max_tables_per_connection);
     CHECK_FALSE(none.max_rows_per_connection);
     CHECK_FALSE(none.max_readers);
-    CHECK_FALSE(none.reader_grace);
+    CHECK_FALSE(none.departed_grace);
     petrel::process_limits some;
-    some.reader_grace = 0ms; // set to zero is not unset
+    some.departed_grace = 0ms; // set to zero is not unset
     CHECK_FALSE(some == none);
-    some.reader_grace.reset();
+    some.departed_grace.reset();
     CHECK(some == none);
 }

@@ -81,12 +81,16 @@ struct manager_options {
     /// is refused with `errc::job_full`, so that attaching cannot grow the view, and the
     /// messages every view change sends, without bound.
     std::uint32_t max_readers = 64;
-    /// A reader that left or failed stays in the view this long (so that every node sees
-    /// it go), then a new view leaves it out, so that readers attaching and going cannot
-    /// grow the view. Readers take no part in clocks, barriers or key placement; the node
-    /// with the highest id and the reader with the highest id stay, so that ids and
-    /// readers' indices never repeat.
-    std::chrono::milliseconds reader_grace{std::chrono::seconds(60)};
+    /// A node that went stays in the view this long (so that every node sees it go), then
+    /// a new view leaves it out, so that nodes joining and going cannot grow the view
+    /// without bound: a reader that left or failed, and a server or worker that joined
+    /// the running job (its index at least the job's `servers` or `workers`) and left, or
+    /// failed in a way the job survived (`membership_view::replaced`), holding no keys
+    /// in the ring or the next ring. Servers and workers the job formed with stay (their
+    /// indices are in every server's clocks from the start), as does a failure the job
+    /// did not survive. The node with the highest id and the one with the highest index
+    /// of each role stay, so that ids and indices never repeat.
+    std::chrono::milliseconds departed_grace{std::chrono::seconds(60)};
 };
 
 /// The manager of a job: nodes register with it at the root address; once every server

@@ -11,6 +11,7 @@
 #include <petrel/transport/detail/request_link.hpp>
 #include <petrel/transport/transport.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -74,8 +75,14 @@ public:
         read_only_ = self->role == node_role::reader;
         group_ = self->group;
         rank_ = self->index;
-        workers_ = static_cast<std::uint32_t>(v->of_role(node_role::worker).size());
-        servers_ = static_cast<std::uint32_t>(v->of_role(node_role::server).size());
+        // One past the highest index: nodes that went may have left the view.
+        for (const auto& n : v->nodes) {
+            if (n.role == node_role::worker) {
+                workers_ = std::max(workers_, n.index + 1);
+            } else if (n.role == node_role::server) {
+                servers_ = std::max(servers_, n.index + 1);
+            }
+        }
     }
 
     /// This node's id in the job.
@@ -83,6 +90,8 @@ public:
     /// Its position among the workers: 0 .. workers() - 1 (among the readers, in attach
     /// order, for a reader).
     [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
+    /// One past the highest worker (server) index in the view this node joined with: the
+    /// workers (servers) the job has had so far, those that went included.
     [[nodiscard]] std::uint32_t workers() const noexcept { return workers_; }
     [[nodiscard]] std::uint32_t servers() const noexcept { return servers_; }
 

@@ -33,8 +33,8 @@ struct process_limits {
     std::optional<std::uint64_t> max_rows_per_connection{};
     /// `manager_options::max_readers`.  `--max-readers N`.
     std::optional<std::uint32_t> max_readers{};
-    /// `manager_options::reader_grace`.  `--reader-grace MS`.
-    std::optional<std::chrono::milliseconds> reader_grace{};
+    /// `manager_options::departed_grace`.  `--departed-grace MS`.
+    std::optional<std::chrono::milliseconds> departed_grace{};
 
     bool operator==(const process_limits&) const = default;
 };

@@ -144,6 +144,30 @@ TEST_CASE("server_links: a server the view declares failed has its link closed w
           std::string::npos);
 }
 
+TEST_CASE("server_links: a server the view no longer names has its link closed and forgotten",
+          "[client][server_links]") {
+    client c(true);
+    c.links->adopt(view_of(1, {1, 2, 3}, {}, {1, 2, 3}));
+    const auto before = c.resends->table();
+    const auto third = before->links[2];
+    // Server 3 went and was left out of the view: its link is closed (no error to log).
+    c.links->adopt(view_of(2, {1, 2}, {}, {1, 2}));
+    const auto after = c.resends->table();
+    REQUIRE(after->slots() == 2);
+    CHECK(after->links[0] == before->links[0]);
+    CHECK(after->links[1] == before->links[1]);
+    CHECK(third->closed());
+    CHECK_FALSE(after->links[0]->closed());
+    CHECK(c.log.size() == 0);
+    // Named again, it would get a new link and a new key cache.
+    c.links->adopt(view_of(3, {1, 2, 3}, {}, {1, 2, 3}));
+    const auto again = c.resends->table();
+    REQUIRE(again->slots() == 3);
+    CHECK(again->links[2] != third);
+    CHECK_FALSE(again->links[2]->closed());
+    CHECK(again->caches[2] != before->caches[2]);
+}
+
 TEST_CASE("server_links: once closed, every link is closed, also those of later views",
           "[client][server_links]") {
     client c(false);

@@ -32,7 +32,7 @@ TEST_CASE("apply_limits: what is set replaces the option; what is not keeps it",
         CHECK(s.max_tables_per_connection == sd.max_tables_per_connection);
         CHECK(s.max_rows_per_connection == sd.max_rows_per_connection);
         CHECK(m.max_readers == md.max_readers);
-        CHECK(m.reader_grace == md.reader_grace);
+        CHECK(m.departed_grace == md.departed_grace);
     }
     SECTION("each set one lands in its option, zero included") {
         const petrel::process_limits l{.max_connections = 7,
@@ -46,7 +46,7 @@ TEST_CASE("apply_limits: what is set replaces the option; what is not keeps it",
                                        .max_tables_per_connection = 5,
                                        .max_rows_per_connection = 100,
                                        .max_readers = 2,
-                                       .reader_grace = 250ms};
+                                       .departed_grace = 250ms};
         auto t = td;
         t.idle_timeout = 9ms; // set to 0 by the limits
         auto s = sd;
@@ -67,6 +67,6 @@ TEST_CASE("apply_limits: what is set replaces the option; what is not keeps it",
         CHECK(s.max_rows_per_connection == 100);
         CHECK(s.max_parked == sd.max_parked); // no option: kept
         CHECK(m.max_readers == 2);
-        CHECK(m.reader_grace == 250ms);
+        CHECK(m.departed_grace == 250ms);
     }
 }

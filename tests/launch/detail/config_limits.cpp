@@ -63,7 +63,7 @@ TEST_CASE("config_limits: each limit from the program, the command line or the e
                                            {"max-tables-per-connection", "8"},
                                            {"max-rows-per-connection", "1M"},
                                            {"max-readers", "0"},
-                                           {"reader-grace", "1000"}}),
+                                           {"departed-grace", "1000"}}),
                                      petrel::map_environment({}), overridden);
         CHECK(l == petrel::process_limits{.max_connections = 100,
                                           .max_connections_per_address = 10,
@@ -76,7 +76,7 @@ TEST_CASE("config_limits: each limit from the program, the command line or the e
                                           .max_tables_per_connection = 8,
                                           .max_rows_per_connection = 1u << 20,
                                           .max_readers = 0,
-                                          .reader_grace = 1000ms});
+                                          .departed_grace = 1000ms});
     }
     SECTION("the environment; the command line wins and says so; the program fixes one") {
         const petrel::process_limits program{.max_rows_per_connection = 500};

@@ -20,6 +20,7 @@ PETREL_DECL server_links::server_links(any_transport transport, server_links_opt
 
 PETREL_DECL void server_links::adopt(std::shared_ptr<const membership_view> v) {
     std::vector<std::shared_ptr<request_link>> failed;
+    std::vector<std::shared_ptr<request_link>> gone; // of servers the view no longer names
     std::vector<std::string> notes;
     auto t = std::make_shared<route_table>();
     t->view = v;
@@ -58,6 +59,15 @@ PETREL_DECL void server_links::adopt(std::shared_ptr<const membership_view> v) {
             t->caches.push_back(cache);
             t->servers.push_back(n->id);
         }
+        for (auto it = links_.begin(); it != links_.end();) {
+            if (slot_of.count(it->first) == 0) {
+                gone.push_back(it->second);
+                caches_.erase(it->first);
+                it = links_.erase(it);
+            } else {
+                ++it;
+            }
+        }
         const auto& r = v->ring;
         t->partition_slot.resize(r.options().partitions);
         for (std::uint32_t i = 0; i < r.options().partitions; ++i) {
@@ -72,6 +82,9 @@ PETREL_DECL void server_links::adopt(std::shared_ptr<const membership_view> v) {
     }
     for (const auto& l : failed) {
         l->close(make_error_code(errc::node_failed));
+    }
+    for (const auto& l : gone) {
+        l->close();
     }
 }
 

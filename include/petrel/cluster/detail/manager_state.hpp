@@ -125,9 +125,10 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     // as unnumbered.
     std::map<node_id, std::uint8_t> unnumbered;
     std::vector<joining> early_readers; // readers that came before the job formed
-    // Readers that left or failed, with when this manager first saw them gone (its views
-    // are scanned for them once per version: `gone_scanned`); see `drop_gone_readers`.
-    std::map<node_id, clock::time_point> readers_gone;
+    // Nodes that went and may be left out of views, with when this manager first saw
+    // them gone (its views are scanned once per version: `gone_scanned`); see
+    // `drop_departed`.
+    std::map<node_id, clock::time_point> departed;
     std::uint64_t gone_scanned = 0;
     // Taking a job over: the nodes that came back with their views, the newest of
     // those, when the first came, the servers' secret; joins of new nodes wait.
@@ -257,13 +258,17 @@ struct manager_node::state : std::enable_shared_from_this<state> {
 
     static std::size_t index_of(group g) noexcept;
 
-    // ---- readers ------------------------------------------------------------------------
+    // ---- nodes that went ----------------------------------------------------------------
 
-    /// Leaves the readers gone for `manager_options::reader_grace` out of a new view (see
-    /// there); running only.
-    void drop_gone_readers(clock::time_point now, std::vector<outgoing>& out);
+    /// Whether `n` of the view may be left out of views once gone for
+    /// `manager_options::departed_grace` (see there).
+    [[nodiscard]] bool may_depart(const node_info& n) const;
 
-    /// The index of the next node of role `r`: one past the highest in the view (readers
+    /// Leaves the nodes gone for `manager_options::departed_grace` out of a new view;
+    /// running only.
+    void drop_departed(clock::time_point now, std::vector<outgoing>& out);
+
+    /// The index of the next node of role `r`: one past the highest in the view (nodes
     /// that went may have left it, so a count could repeat one).
     [[nodiscard]] std::uint32_t next_index(node_role r) const;
 

@@ -1,4 +1,4 @@
-// Petrel: a manager's work for groups of nodes: barriers, readers that went, and the
+// Petrel: a manager's work for groups of nodes: barriers, nodes that went, and the
 // scheduler's data sets and block schedules.
 #ifndef PETREL_CLUSTER_IMPL_MANAGER_GROUPS_IPP
 #define PETREL_CLUSTER_IMPL_MANAGER_GROUPS_IPP
@@ -122,32 +122,56 @@ PETREL_DECL std::size_t manager_node::state::index_of(group g) noexcept {
     return static_cast<std::size_t>(g) - 1;
 }
 
-// ---- readers ----------------------------------------------------------------------------
+// ---- nodes that went --------------------------------------------------------------------
 
-PETREL_DECL void manager_node::state::drop_gone_readers(clock::time_point now,
-                                                        std::vector<outgoing>& out) {
+PETREL_DECL bool manager_node::state::may_depart(const node_info& n) const {
+    if (n.role == node_role::reader) {
+        return n.state != node_state::alive;
+    }
+    if (n.role == node_role::manager || n.state == node_state::alive) {
+        return false;
+    }
+    const auto formed = n.role == node_role::server ? opts.servers : opts.workers;
+    const bool holds =
+        view->ring.holds(n.id) || (!view->next_ring.empty() && view->next_ring.holds(n.id));
+    return n.index >= formed && !holds && (n.state == node_state::left || view->replaced(n));
+}
+
+PETREL_DECL void manager_node::state::drop_departed(clock::time_point now,
+                                                    std::vector<outgoing>& out) {
     if (view->version != gone_scanned) {
         for (const auto& n : view->nodes) {
-            if (n.role == node_role::reader && n.state != node_state::alive) {
-                readers_gone.try_emplace(n.id, now);
+            if (may_depart(n)) {
+                departed.try_emplace(n.id, now);
             }
         }
         gone_scanned = view->version;
     }
-    if (readers_gone.empty()) {
+    if (departed.empty()) {
         return;
     }
-    // Ids and readers' indices count on from the highest in the view: those nodes stay.
-    const node_id last = view->nodes.back().id;
-    node_id last_reader = no_node;
-    for (const auto& n : view->nodes) {
-        last_reader = n.role == node_role::reader ? n.id : last_reader;
+    // Ids and each role's indices count on from the highest in the view: those nodes stay.
+    std::set<node_id> last{view->nodes.back().id};
+    for (const auto r : {node_role::server, node_role::worker, node_role::reader}) {
+        const node_info* top = nullptr;
+        for (const auto& n : view->nodes) {
+            top = n.role == r && (!top || n.index >= top->index) ? &n : top;
+        }
+        if (top) {
+            last.insert(top->id);
+        }
     }
     std::set<node_id> drop;
-    for (const auto& [id, since] : readers_gone) {
-        if (now - since >= opts.reader_grace && id != last && id != last_reader) {
-            drop.insert(id);
+    for (auto it = departed.begin(); it != departed.end();) {
+        const auto* n = view->find(it->first);
+        if (!n) {
+            it = departed.erase(it); // not in the view any more
+            continue;
         }
+        if (now - it->second >= opts.departed_grace && last.count(n->id) == 0 && may_depart(*n)) {
+            drop.insert(n->id);
+        }
+        ++it;
     }
     if (drop.empty()) {
         return;
@@ -158,11 +182,11 @@ PETREL_DECL void manager_node::state::drop_gone_readers(clock::time_point now,
     view = v;
     gone_scanned = v->version;
     for (const auto id : drop) {
-        readers_gone.erase(id);
+        departed.erase(id);
     }
     broadcast(out);
     report(log_level::info, std::to_string(drop.size()) +
-                                " readers that went are left out of the view from version " +
+                                " nodes that went are left out of the view from version " +
                                 std::to_string(v->version));
 }
 

@@ -266,7 +266,7 @@ PETREL_DECL void manager_node::state::on_tick() {
                     fail_node(id, why, out, done);
                 }
             }
-            drop_gone_readers(now, out);
+            drop_departed(now, out);
         }
         if (ph != phase::finished) {
             arm();

@@ -49,8 +49,8 @@ inline void apply_limits(const process_limits& l, manager_options& o) {
     if (l.max_readers) {
         o.max_readers = *l.max_readers;
     }
-    if (l.reader_grace) {
-        o.reader_grace = *l.reader_grace;
+    if (l.departed_grace) {
+        o.departed_grace = *l.departed_grace;
     }
 }
 

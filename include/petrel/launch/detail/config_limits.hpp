@@ -100,7 +100,7 @@ void config_limit(std::optional<T>& out, const std::optional<T>& program, std::s
     config_limit(l.max_rows_per_connection, program.max_rows_per_connection,
                  "max-rows-per-connection", cl, env, overridden, amount);
     config_limit(l.max_readers, program.max_readers, "max-readers", cl, env, overridden, count);
-    config_limit(l.reader_grace, program.reader_grace, "reader-grace", cl, env, overridden,
+    config_limit(l.departed_grace, program.departed_grace, "departed-grace", cl, env, overridden,
                  duration);
     return l;
 }

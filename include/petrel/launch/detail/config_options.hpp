@@ -146,8 +146,9 @@ struct config_option {
         {"max-readers", "N", "PETREL_MAX_READERS",
          "Readers attached to the job at once; one more is refused. Read by the manager. "
          "Default: 64."},
-        {"reader-grace", "MS", "PETREL_READER_GRACE",
-         "Milliseconds a reader that left or failed stays in the job's view. Read by the "
+        {"departed-grace", "MS", "PETREL_DEPARTED_GRACE",
+         "Milliseconds a node that went stays in the job's view: a reader, or a server or "
+         "worker that joined the running job (then the view leaves it out). Read by the "
          "manager. Default: 60000."},
     }};
 }
