@@ -2,6 +2,7 @@
 
 #include "support/cluster.hpp"
 #include "support/events.hpp"
+#include "support/tls.hpp"
 
 #include <petrel/cluster/member.hpp>
 #include <petrel/cluster/worker_node.hpp>
@@ -966,6 +967,73 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
     CHECK(refused == static_cast<std::uint32_t>(petrel::errc::node_failed));
     t.close();
     next.close();
+}
+
+TEST_CASE("manager_node: with ranked certificates a server or worker joins, and registers "
+          "again, only as the rank its certificate names",
+          "[cluster][manager][security][tls]") {
+    petrel::test::events ev; // outlives the io threads
+    log_capture logs;
+    io_threads io{2};
+    auto transport = [&](const std::string& certificate) {
+        petrel::transport_options o;
+        o.log = logs.logger();
+        o.tls = petrel::test::tls_of(certificate);
+        return petrel::tcp_transport(io.executor(), o);
+    };
+    petrel::manager_node manager(transport("node"), {.job_id = "job-a",
+                                                     .servers = 1,
+                                                     .workers = 2,
+                                                     .ring = {.partitions = 64},
+                                                     .startup_timeout = 10000ms,
+                                                     .ranked_certificates = true});
+    const auto root = manager.listen("127.0.0.1:0");
+    auto make = [&](petrel::node_role role, std::uint32_t rank, const std::string& certificate) {
+        petrel::member_options o;
+        o.root = root;
+        o.job_id = "job-a";
+        o.role = role;
+        o.rank = rank;
+        o.address = role == petrel::node_role::server ? "127.0.0.1:20000" : std::string{};
+        o.heartbeat_interval = 50ms;
+        o.startup_timeout = 5000ms;
+        return std::make_shared<petrel::member>(transport(certificate), o);
+    };
+    // Rank 2's role with rank 1's certificate, or with one that names no rank: refused.
+    for (const auto* certificate : {"rank-1", "node"}) {
+        INFO(certificate);
+        auto impostor = make(petrel::node_role::worker, 2, certificate);
+        auto f = impostor->async_join(asio::use_future);
+        CHECK(code_of(f) == petrel::errc::not_permitted);
+        std::this_thread::sleep_for(1100ms); // refusals are logged a line a second at most
+    }
+    CHECK_THAT(logs.all(), Catch::Contains("registers only as the rank its TLS certificate "
+                                           "names (rank 1), not as rank 2"));
+    CHECK_THAT(logs.all(), Catch::Contains("(none: 'petrel test node'), not as rank 2"));
+    // Each rank with its own certificate: the job forms.
+    auto s = make(petrel::node_role::server, 0, "rank-0");
+    auto w1 = make(petrel::node_role::worker, 1, "rank-1");
+    auto w2 = make(petrel::node_role::worker, 2, "rank-2");
+    join_all({s, w1, w2});
+    const auto v = *w2->view();
+    // Rank 1's process cannot register again as rank 2's node, even with its key.
+    auto t = transport("rank-1");
+    std::promise<petrel::connection_ptr> connected;
+    t.async_connect(root, ev.handlers(),
+                    [&](std::error_code, petrel::connection_ptr c) { connected.set_value(c); });
+    auto conn = connected.get_future().get();
+    REQUIRE(conn);
+    auto again = worker_return(w2->id(), 2, v, w2->key());
+    again.header.request_id = 1;
+    conn->send(std::move(again));
+    CHECK(reply_to(ev, 1) == static_cast<std::uint32_t>(petrel::errc::not_permitted));
+    // The job goes on.
+    auto b1 = w1->async_barrier(petrel::group::workers, asio::use_future);
+    auto b2 = w2->async_barrier(petrel::group::workers, asio::use_future);
+    CHECK_FALSE(code_of(b1));
+    CHECK_FALSE(code_of(b2));
+    t.close();
+    manager.close();
 }
 
 TEST_CASE("manager_node: two standbys never both take a job over: a node counted by both "

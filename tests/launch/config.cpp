@@ -936,11 +936,25 @@ TEST_CASE("config: the limits a process keeps for its peers, from the program, t
                                              .max_readers = 4});
     CHECK_THAT(resolve_error({}, {"--max-connections", "0"}),
                Catch::Contains("--max-connections=\"0\": must be at least 1"));
-    for (const auto* name :
-         {"max-connections", "max-connections-per-address", "idle-timeout", "frame-timeout",
-          "max-receiving-bytes", "max-queued-reply-bytes", "max-cached-key-bytes", "max-held-bytes",
-          "max-tables-per-connection", "max-rows-per-connection", "max-readers", "departed-grace"}) {
+    for (const auto* name : {"max-connections", "max-connections-per-address", "idle-timeout",
+                             "frame-timeout", "max-receiving-bytes", "max-queued-reply-bytes",
+                             "max-cached-key-bytes", "max-held-bytes", "max-tables-per-connection",
+                             "max-rows-per-connection", "max-readers", "departed-grace"}) {
         INFO(name);
         CHECK_THAT(petrel::usage("train"), Catch::Contains("--" + std::string(name) + " "));
     }
+}
+
+TEST_CASE("config: --tls-ranks needs the TLS files", "[launch][security][tls]") {
+    CHECK_FALSE(resolve_with({}).tls_ranks);
+    const args tls{"--tls-cert", "r.pem", "--tls-key", "r.key", "--tls-ca", "ca.pem"};
+    auto with = tls;
+    with.push_back("--tls-ranks");
+    CHECK(resolve_with({}, with).tls_ranks);
+    CHECK(resolve_with({}, tls, {{"PETREL_TLS_RANKS", "1"}}).tls_ranks);
+    CHECK_FALSE(resolve_with({}, tls, {{"PETREL_TLS_RANKS", "0"}}).tls_ranks);
+    CHECK_THAT(resolve_error({}, {"--tls-ranks"}),
+               Catch::Contains("--tls-ranks") && Catch::Contains("needs TLS"));
+    CHECK_THAT(petrel::usage("train"),
+               Catch::Contains("--tls-ranks") && Catch::Contains("PETREL_TLS_RANKS"));
 }

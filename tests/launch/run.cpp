@@ -610,6 +610,34 @@ TEST_CASE("run: a job under mutual TLS trains exactly, and a peer without a cert
     CHECK_THAT(ranks[0].logged, Catch::Contains("refused a connection from 127.0.0.1"));
 }
 
+TEST_CASE("run: with ranked certificates a job whose certificates name its ranks trains; a "
+          "process whose certificate names another rank stops before it starts",
+          "[launch][security][tls]") {
+    auto cfg = quick_heartbeats();
+    cfg.servers = 2;
+    cfg.workers = 2;
+    cfg.tls_ranks = true;
+    const auto files = petrel::test::tls_of("rank-0"); // every node here is rank 0's
+    cfg.tls_cert = files.certificate;
+    cfg.tls_key = files.private_key;
+    cfg.tls_ca = files.authority;
+    tally t;
+    CHECK(petrel::run(cfg, [&](petrel::worker_node& w) { exact_sums(w, t); }) == petrel::run_ok);
+    CHECK(t.workers == 2);
+    CHECK(t.mismatches == 0);
+
+    const auto other = petrel::test::tls_of("rank-1");
+    cfg.tls_cert = other.certificate;
+    cfg.tls_key = other.private_key;
+    petrel::test::log_capture log;
+    bool trained = false;
+    CHECK(petrel::run(
+              cfg, [&](petrel::worker_node&) { trained = true; }, log.logger()) ==
+          petrel::run_config_error);
+    CHECK_FALSE(trained);
+    CHECK_THAT(log.all(), Catch::Contains("is named 'rank-1', not rank-0"));
+}
+
 TEST_CASE("run: TLS files that cannot be used stop the process before it starts",
           "[launch][security][tls]") {
     const auto env =

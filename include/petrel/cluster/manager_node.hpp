@@ -91,6 +91,13 @@ struct manager_options {
     /// did not survive. The node with the highest id and the one with the highest index
     /// of each role stay, so that ids and indices never repeat.
     std::chrono::milliseconds departed_grace{std::chrono::seconds(60)};
+    /// Every process's TLS certificate names its rank (common name `rank-N`, see
+    /// `certificate_rank`): a server or worker joins, and registers again, only with the
+    /// rank its connection's certificate names; others are refused with
+    /// `errc::not_permitted` and logged. So one process of the job cannot take the role a
+    /// launcher meant for another, nor come back as another's node. Needs TLS
+    /// (`transport_options::tls`); readers may show any certificate of the authority.
+    bool ranked_certificates = false;
 };
 
 /// The manager of a job: nodes register with it at the root address; once every server

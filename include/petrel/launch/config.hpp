@@ -138,6 +138,11 @@ struct config {
     std::optional<std::string> tls_cert{};
     std::optional<std::string> tls_key{};
     std::optional<std::string> tls_ca{};
+    /// Every process's certificate names its rank (common name `rank-N`): the manager
+    /// admits servers and workers only as the ranks their certificates name
+    /// (`manager_options::ranked_certificates`). Needs the TLS files. `--tls-ranks`,
+    /// `PETREL_TLS_RANKS=1`.
+    std::optional<bool> tls_ranks{};
     /// The directory under which saves write checkpoints (`kv_store::save` names a
     /// relative directory without ".." under it; any other is refused).
     /// `--checkpoint-root DIR`, `PETREL_CHECKPOINT_ROOT`. Default: the working directory
@@ -199,6 +204,8 @@ struct settings {
     bool insecure = false;
     /// The TLS files (none: plain TCP).
     tls_files tls;
+    /// `config::tls_ranks`: certificates name their processes' ranks.
+    bool tls_ranks = false;
     /// Where saves write checkpoints, as an absolute path (empty: anywhere).
     std::string checkpoint_root;
     /// The limits given (`config::limits`); the others keep their defaults.
@@ -579,6 +586,14 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     }
     if (tls_cert) {
         s.tls = {tls_cert->value, tls_key->value, tls_ca->value};
+    }
+    if (const auto ranks =
+            config_pick(program.tls_ranks, "tls-ranks", cl, env, overridden, config_parse_flag{});
+        ranks && ranks->value) {
+        if (!tls_cert) {
+            config_fail(*ranks, "needs TLS: give --tls-cert, --tls-key and --tls-ca too");
+        }
+        s.tls_ranks = true;
     }
     const auto ckpt_root = config_pick(program.checkpoint_root, "checkpoint-root", cl, env,
                                        overridden, config_parse_text{});

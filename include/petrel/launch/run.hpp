@@ -8,10 +8,10 @@
 #include <petrel/core/log.hpp>
 #include <petrel/launch/config.hpp>
 #include <petrel/launch/detail/apply_limits.hpp>
+#include <petrel/launch/detail/tls_check.hpp>
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/server_agent.hpp>
 #include <petrel/server/server_node.hpp>
-#include <petrel/transport/detail/tcp_stream.hpp>
 #include <petrel/transport/tcp_transport.hpp>
 
 #include <asio/executor_work_guard.hpp>
@@ -366,15 +366,13 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
     topts.secret = s.secret;
     topts.tls = s.tls;
     detail::apply_limits(s.limits, topts);
-    if (s.tls.enabled()) {
-        try {
-            (void)detail::make_tls_context(s.tls); // each transport makes its own
-        } catch (const std::system_error& e) {
-            if (log) {
-                log(log_level::error, e.what());
-            }
-            return run_config_error;
+    try {
+        detail::check_tls(s);
+    } catch (const std::system_error& e) {
+        if (log) {
+            log(log_level::error, e.what());
         }
+        return run_config_error;
     }
     if (topts.secret.empty() && s.launch.kind == launcher_kind::embedded) {
         topts.secret = detail::random_secret(); // every node of the job is in this process
@@ -437,6 +435,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                                         .heartbeat_timeout = s.heartbeat_timeout,
                                         .startup_timeout = s.startup_timeout};
             detail::apply_limits(s.limits, job_manager);
+            job_manager.ranked_certificates = s.tls_ranks;
             if (s.managers_here > 0) {
                 auto mo = job_manager;
                 mo.take_over = s.join == node_role::manager; // restarted at the root

@@ -45,6 +45,10 @@ public:
     /// What the peer proved in its handshake; `access::full` on a connecting end and
     /// without a secret.
     [[nodiscard]] virtual access peer_access() const noexcept { return access::full; }
+
+    /// The common name of the certificate the peer showed in its TLS handshake, verified
+    /// against the job's authority; empty without TLS.
+    [[nodiscard]] virtual std::string peer_name() const { return {}; }
 };
 
 using connection_ptr = std::shared_ptr<connection>;

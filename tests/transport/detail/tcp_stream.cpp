@@ -15,6 +15,7 @@
 #include <asio/write.hpp>
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <chrono>
 #include <numeric>
 #include <string>
@@ -40,26 +41,32 @@ std::string refusal_of(const petrel::tls_files& f) {
 }
 
 /// Sends `bytes` from one end of a loopback connection to the other through tcp_stream's
-/// asynchronous operations (with TLS over both when `tls` is given) and returns what
-/// arrived.
-std::vector<std::byte> carry(const std::vector<std::byte>& bytes, asio::ssl::context* tls) {
+/// asynchronous operations (with TLS over both when `tls` is given, the receiving end's
+/// from `tls_b` when given) and returns what arrived; the names each end saw its peer
+/// show (sender's first) go to `names`.
+std::vector<std::byte> carry(const std::vector<std::byte>& bytes, asio::ssl::context* tls,
+                             asio::ssl::context* tls_b = nullptr,
+                             std::array<std::string, 2>* names = nullptr) {
     asio::io_context io;
     asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
     asio::ip::tcp::socket a(asio::make_strand(io));
     asio::ip::tcp::socket b(asio::make_strand(io));
     a.connect(acceptor.local_endpoint());
     acceptor.accept(b);
-    auto wrap = [tls](asio::ip::tcp::socket s) {
-        return tls ? tcp_stream(std::move(s), *tls) : tcp_stream(std::move(s));
+    auto wrap = [](asio::ip::tcp::socket s, asio::ssl::context* c) {
+        return c ? tcp_stream(std::move(s), *c) : tcp_stream(std::move(s));
     };
-    tcp_stream sa = wrap(std::move(a));
-    tcp_stream sb = wrap(std::move(b));
+    tcp_stream sa = wrap(std::move(a), tls);
+    tcp_stream sb = wrap(std::move(b), tls_b ? tls_b : tls);
     // The moves leave each TLS layer where it was: its operations run on it.
     tcp_stream ma = std::move(sa);
     tcp_stream mb = std::move(sb);
     auto send = [&]() -> asio::awaitable<void> {
         if (ma.tls()) {
             REQUIRE_FALSE(co_await petrel::detail::tls_handshake(ma, true, 5s));
+        }
+        if (names) {
+            (*names)[0] = ma.peer_name();
         }
         std::size_t at = 0;
         while (at < bytes.size()) {
@@ -71,6 +78,9 @@ std::vector<std::byte> carry(const std::vector<std::byte>& bytes, asio::ssl::con
     auto receive = [&]() -> asio::awaitable<std::vector<std::byte>> {
         if (mb.tls()) {
             REQUIRE_FALSE(co_await petrel::detail::tls_handshake(mb, false, 5s));
+        }
+        if (names) {
+            (*names)[1] = mb.peer_name();
         }
         std::vector<std::byte> got(bytes.size());
         std::size_t at = 0;
@@ -127,4 +137,25 @@ TEST_CASE("tcp_stream: bytes cross plain and through TLS, in order, and a moved 
     CHECK(carry(bytes, nullptr) == bytes);
     const auto tls = make_tls_context(petrel::test::tls_of());
     CHECK(carry(bytes, tls.get()) == bytes);
+}
+
+TEST_CASE("tcp_stream: each end of a TLS connection reads the name its peer's certificate "
+          "shows; a certificate file's name",
+          "[transport][tls]") {
+    const std::vector<std::byte> bytes(1000, std::byte{7});
+    std::array<std::string, 2> names;
+    CHECK(carry(bytes, nullptr, nullptr, &names) == bytes);
+    CHECK(names == std::array<std::string, 2>{"", ""}); // plain TCP: none
+    const auto node = make_tls_context(petrel::test::tls_of("node"));
+    const auto rank1 = make_tls_context(petrel::test::tls_of("rank-1"));
+    CHECK(carry(bytes, node.get(), rank1.get(), &names) == bytes);
+    CHECK(names[0] == "rank-1");
+    CHECK(names[1] == "petrel test node");
+
+    CHECK(petrel::detail::certificate_name(tls_path("rank-2.pem")) == "rank-2");
+    CHECK(petrel::detail::certificate_name(tls_path("node.pem")) == "petrel test node");
+    CHECK_THROWS_WITH(petrel::detail::certificate_name(tls_path("make.sh")),
+                      Catch::Contains("cannot read a certificate") && Catch::Contains("make.sh"));
+    CHECK_THROWS_WITH(petrel::detail::certificate_name(tls_path("missing.pem")),
+                      Catch::Contains("missing.pem"));
 }

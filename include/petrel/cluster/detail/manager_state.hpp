@@ -363,6 +363,10 @@ struct manager_node::state : std::enable_shared_from_this<state> {
                    std::vector<outgoing>& out);
 
     wire::message return_reply(const wire::message_header& h, node_id id, node_role role) const;
+    /// With ranked certificates, whether `c`'s certificate names `rank`; if not, the
+    /// request is refused (`errc::not_permitted`) and logged.
+    bool rank_shown(const connection_ptr& c, const wire::message_header& h, std::uint32_t rank,
+                    std::vector<outgoing>& out);
     /// Why a registration of node `id` again without its key is refused.
     static std::string key_needed(node_id id);
 

@@ -294,6 +294,10 @@ PETREL_DECL void manager_node::state::on_join(const connection_ptr& c,
                         "the manager at " + address + " does not run job '" + asked + "'")});
         return;
     }
+    if (b.id == no_node && (b.role == node_role::server || b.role == node_role::worker) &&
+        !rank_shown(c, h, b.rank, out)) {
+        return;
+    }
     if (b.declared) {
         if (!declared) {
             declared = b.declared;

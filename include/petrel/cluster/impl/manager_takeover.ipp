@@ -37,6 +37,9 @@ PETREL_DECL void manager_node::state::on_return(const connection_ptr& c,
                                   "holds, which names it")});
         return;
     }
+    if (!rank_shown(c, h, me->rank, out)) {
+        return;
+    }
     if (ph == phase::running) {
         const node_info* n = view->find(b.id);
         const bool live = n && n->state == node_state::alive && n->role == b.role &&
@@ -130,6 +133,26 @@ PETREL_DECL void manager_node::state::refuse_logged(const connection_ptr& c,
         report(log_level::warning, line);
     }
     out.push_back({c, refusal(h, errc::not_permitted, why)});
+}
+
+PETREL_DECL bool manager_node::state::rank_shown(const connection_ptr& c,
+                                                 const wire::message_header& h, std::uint32_t rank,
+                                                 std::vector<outgoing>& out) {
+    if (!opts.ranked_certificates) {
+        return true;
+    }
+    const auto name = c->peer_name();
+    const auto shown = certificate_rank(name);
+    if (shown == rank) {
+        return true;
+    }
+    refuse_logged(c, h, "a registration",
+                  "a server or worker registers only as the rank its TLS certificate names (" +
+                      (shown ? "rank " + std::to_string(*shown)
+                             : "none: '" + printable(name, detail::max_logged_id_bytes) + "'") +
+                      "), not as rank " + std::to_string(rank),
+                  out);
+    return false;
 }
 
 PETREL_DECL std::string manager_node::state::key_needed(node_id id) {

@@ -20,7 +20,7 @@ struct config_option {
     std::string_view help;     ///< what it sets, and its default
 };
 
-[[nodiscard]] constexpr std::array<config_option, 39> config_options() noexcept {
+[[nodiscard]] constexpr std::array<config_option, 40> config_options() noexcept {
     return {{
         {"servers", "N", "PETREL_SERVERS",
          "Server nodes in the job. Default: 2 without a launcher; with one, half the "
@@ -109,6 +109,10 @@ struct config_option {
         {"tls-key", "FILE", "PETREL_TLS_KEY", "The private key of --tls-cert (PEM)."},
         {"tls-ca", "FILE", "PETREL_TLS_CA",
          "The certificates (PEM) of the authority that signed every process's --tls-cert."},
+        {"tls-ranks", "", "PETREL_TLS_RANKS",
+         "Every process's --tls-cert names its rank (common name rank-N): the manager admits "
+         "a server or worker only as the rank its certificate names, so no process can take "
+         "another's place. Needs the --tls-* files."},
         {"checkpoint-root", "DIR", "PETREL_CHECKPOINT_ROOT",
          "The directory under which saves write checkpoints: a save names a relative "
          "directory without \"..\" under it, and any other is refused. Default: the "

@@ -64,7 +64,8 @@ public:
           max_queued_bytes_(accepted ? opts.max_send_queue_bytes
                                      : std::numeric_limits<std::size_t>::max()),
           decoder_(opts.limits, opts.pool), handlers_(std::move(handlers)), log_(opts.log),
-          on_gone_(std::move(on_gone)), accepted_(accepted), peer_access_(peer) {
+          on_gone_(std::move(on_gone)), accepted_(accepted), peer_access_(peer),
+          peer_name_(stream_.peer_name()) {
         if (budgets.key_lists) {
             decoder_.share_key_cache_budget(std::move(budgets.key_lists));
         }
@@ -176,6 +177,7 @@ public:
     [[nodiscard]] bool is_open() const noexcept override { return open_.load(); }
 
     [[nodiscard]] access peer_access() const noexcept override { return peer_access_; }
+    [[nodiscard]] std::string peer_name() const override { return peer_name_; }
     [[nodiscard]] std::string remote_address() const override { return remote_; }
 
 private:
@@ -700,6 +702,7 @@ private:
     std::function<void(tcp_connection*)> on_gone_;
     bool accepted_;
     access peer_access_;
+    std::string peer_name_; // of the peer's TLS certificate, read once after its handshake
     std::string remote_;
     std::deque<outgoing> queue_;
     std::vector<asio::const_buffer> buffers_; // flush()'s gathered write

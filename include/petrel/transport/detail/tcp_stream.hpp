@@ -23,6 +23,10 @@ namespace petrel::detail {
 /// one cannot be read or the key does not match the certificate.
 [[nodiscard]] PETREL_DECL std::shared_ptr<asio::ssl::context> make_tls_context(const tls_files& f);
 
+/// The subject's common name of the first certificate in PEM file `file`; empty when it
+/// has none. @throws std::system_error naming the file when it holds no certificate.
+[[nodiscard]] PETREL_DECL std::string certificate_name(const std::string& file);
+
 /// A connected TCP socket, read and written either directly or through TLS, so that a
 /// connection's loops and its handshake are written once for both. Models Asio's
 /// AsyncReadStream and AsyncWriteStream for the completion tokens Petrel uses
@@ -54,6 +58,11 @@ public:
 
     /// The TLS layer, or null for plain TCP.
     [[nodiscard]] tls_type* tls() noexcept { return tls_.get(); }
+
+    /// The subject's common name of the certificate the peer showed in the TLS handshake
+    /// (verified against the authority); empty for plain TCP, before the handshake, and
+    /// for a certificate without one. Call it between operations, not during one.
+    [[nodiscard]] PETREL_DECL std::string peer_name();
 
     template <typename MutableBuffers, typename Token>
     auto async_read_some(const MutableBuffers& buffers, Token&& token) {

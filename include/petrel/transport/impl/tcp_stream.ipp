@@ -7,13 +7,55 @@
 
 #include <asio/ssl/context.hpp>
 
+#include <openssl/bio.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <memory>
 #include <string>
 #include <system_error>
 
 namespace petrel::detail {
+
+/// The subject's common name of `cert` (UTF-8), or empty.
+inline std::string common_name_of(X509* cert) {
+    const X509_NAME* subject = cert != nullptr ? X509_get_subject_name(cert) : nullptr;
+    const int at =
+        subject != nullptr ? X509_NAME_get_index_by_NID(subject, NID_commonName, -1) : -1;
+    if (at < 0) {
+        return {};
+    }
+    unsigned char* text = nullptr;
+    const int n =
+        ASN1_STRING_to_UTF8(&text, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, at)));
+    std::string out;
+    if (n > 0 && text != nullptr) {
+        out.assign(reinterpret_cast<const char*>(text), static_cast<std::size_t>(n));
+    }
+    OPENSSL_free(text);
+    return out;
+}
+
+PETREL_DECL std::string certificate_name(const std::string& file) {
+    std::unique_ptr<BIO, decltype(&BIO_free)> in(BIO_new_file(file.c_str(), "r"), &BIO_free);
+    std::unique_ptr<X509, decltype(&X509_free)> cert(
+        in ? PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr) : nullptr, &X509_free);
+    if (!cert) {
+        throw std::system_error(make_error_code(errc::invalid_argument),
+                                "petrel: cannot read a certificate from '" + file + "'");
+    }
+    return common_name_of(cert.get());
+}
+
+PETREL_DECL std::string tcp_stream::peer_name() {
+    if (!tls_) {
+        return {};
+    }
+    std::unique_ptr<X509, decltype(&X509_free)> cert(
+        SSL_get1_peer_certificate(tls_->native_handle()), &X509_free);
+    return common_name_of(cert.get());
+}
 
 PETREL_DECL std::shared_ptr<asio::ssl::context> make_tls_context(const tls_files& f) {
     const auto missing = f.certificate.empty()   ? "certificate (--tls-cert)"
