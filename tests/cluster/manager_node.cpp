@@ -1027,6 +1027,15 @@ TEST_CASE("manager_node: with ranked certificates a server or worker joins, and 
     again.header.request_id = 1;
     conn->send(std::move(again));
     CHECK(reply_to(ev, 1) == static_cast<std::uint32_t>(petrel::errc::not_permitted));
+    // Nor with a view it made up, in which that node has rank 1: the manager's own counts.
+    auto forged = v;
+    for (auto& n : forged.nodes) {
+        n.rank = n.id == w2->id() ? 1 : n.rank;
+    }
+    auto made_up = worker_return(w2->id(), 1, forged, w2->key());
+    made_up.header.request_id = 2;
+    conn->send(std::move(made_up));
+    CHECK(reply_to(ev, 2) == static_cast<std::uint32_t>(petrel::errc::not_permitted));
     // The job goes on.
     auto b1 = w1->async_barrier(petrel::group::workers, asio::use_future);
     auto b2 = w2->async_barrier(petrel::group::workers, asio::use_future);
@@ -1034,6 +1043,54 @@ TEST_CASE("manager_node: with ranked certificates a server or worker joins, and 
     CHECK_FALSE(code_of(b2));
     t.close();
     manager.close();
+}
+
+TEST_CASE("manager_node: a node that comes back while a takeover waits for confirmation is "
+          "taken in, not declared failed",
+          "[cluster][manager][fault]") {
+    petrel::test::events ev_server; // outlive the io threads of the job
+    petrel::test::events ev_first;
+    petrel::test::events ev_second;
+    job j(1, 2);
+    auto [s, w0, w1] = j.server_and_two_workers();
+    const auto v = *w0->view();
+    auto next = j.standby(500ms);
+    const auto at = next->listen("127.0.0.1:0");
+    auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
+    auto server = j.connect(t, ev_server, at);
+    auto first = j.connect(t, ev_first, at);
+    server->send(server_return(v, s->server_secret(), s->key()));
+    auto m = worker_return(2, 1, v, w0->key());
+    m.header.request_id = 1;
+    first->send(std::move(m));
+    // Two of three after the heartbeat timeout: answered, not yet confirmed.
+    REQUIRE(reply_to(ev_server, 1) == 0u);
+    REQUIRE(reply_to(ev_first, 1) == 0u);
+    // The third comes back now: answered too (without its key, or with another than the
+    // one it first showed, refused).
+    auto second = j.connect(t, ev_second, at);
+    auto keyless = worker_return(3, 2, v, {});
+    keyless.header.request_id = 1;
+    second->send(std::move(keyless));
+    CHECK(reply_to(ev_second, 1) == static_cast<std::uint32_t>(petrel::errc::not_permitted));
+    auto late = worker_return(3, 2, v, w1->key());
+    late.header.request_id = 2;
+    second->send(std::move(late));
+    CHECK(reply_to(ev_second, 2) == 0u);
+    // Confirmed by two: all three are live members.
+    server->send(heartbeat(2));
+    first->send(heartbeat(2));
+    REQUIRE(reply_to(ev_first, 2) == 0u);
+    second->send(heartbeat(3));
+    CHECK(reply_to(ev_second, 3) == 0u);
+    REQUIRE(next->view());
+    for (const petrel::node_id id : {1, 2, 3}) {
+        INFO(id);
+        CHECK(next->view()->find(id)->state == petrel::node_state::alive);
+    }
+    CHECK_THAT(j.logs.all(), Catch::Contains("took job 'job-a' over"));
+    t.close();
+    next->close();
 }
 
 TEST_CASE("manager_node: two standbys never both take a job over: a node counted by both "
@@ -1107,8 +1164,12 @@ TEST_CASE("manager_node: two standbys never both take a job over: a node counted
     CHECK(occurrences(logs, "took job 'job-a' over") == 1);
     CHECK_THAT(logs, Catch::Contains("did not take job 'job-a' over: only 1 of its 3 live "
                                      "servers and workers confirmed"));
-    // A waits as a standby again: a node coming back to it is held, not answered.
+    // A waits as a standby again: a heartbeat on a connection it does not hold (as a
+    // node's link makes one again) is refused, so the node looks for a manager again;
+    // a node coming back to it is held, not answered.
     auto again = j.connect(t, ev_a2, at_a);
+    again->send(heartbeat(4));
+    CHECK(reply_to(ev_a2, 4) == static_cast<std::uint32_t>(petrel::errc::timed_out));
     auto m = worker_return(2, 1, v, w0->key());
     m.header.request_id = 3;
     again->send(std::move(m));

@@ -68,12 +68,15 @@ struct manager_options {
     /// `heartbeat_timeout` after the first came with a majority of them (readers aside):
     /// it answers them with that view + 1 and takes the job over once a majority of its
     /// live servers and workers spoke on the connections it answered (their next
-    /// heartbeat); the others are then declared failed, as on a missed heartbeat. A node
-    /// follows one manager at a time, so of two standbys that both answered a majority
-    /// (a node counted by both) one is confirmed: the other, not confirmed within
-    /// `heartbeat_timeout`, closes the connections it answered (their nodes look again)
-    /// and waits as a standby. Without a majority within four heartbeat timeouts it sends
-    /// them away: the job's manager may still be alive. Block schedules start again from their
+    /// heartbeat; a node that comes back meanwhile is taken in); the others are then
+    /// declared failed, as on a missed heartbeat. A node follows one manager at a time,
+    /// so of two standbys that both answered a majority (a node counted by both) at most
+    /// one is confirmed: one not confirmed within `heartbeat_timeout` closes the
+    /// connections it answered and waits as a standby again, and their nodes look for a
+    /// manager again (where another took the job over, they did not come back to it and
+    /// were declared failed there; if neither was confirmed, the nodes come back anew).
+    /// Without a majority within four heartbeat timeouts it sends them away: the job's
+    /// manager may still be alive. Block schedules start again from their
     /// first round; barriers, data sets and joins are asked for again by the nodes, barriers with
     /// their numbers, from which it learns which barriers the lost manager released.
     bool take_over = false;

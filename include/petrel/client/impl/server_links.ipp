@@ -84,7 +84,7 @@ PETREL_DECL void server_links::adopt(std::shared_ptr<const membership_view> v) {
         l->close(make_error_code(errc::node_failed));
     }
     for (const auto& l : gone) {
-        l->close();
+        l->close(make_error_code(errc::node_failed)); // it went: no request waits on it
     }
 }
 

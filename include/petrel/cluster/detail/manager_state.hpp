@@ -362,6 +362,11 @@ struct manager_node::state : std::enable_shared_from_this<state> {
     void on_return(const connection_ptr& c, const wire::message_header& h, control_body b,
                    std::vector<outgoing>& out);
 
+    /// Confirming: a node of the proposed view comes back (again, or for the first time):
+    /// it joins the members with the first key it shows and is answered.
+    void confirming_return(const connection_ptr& c, const wire::message_header& h,
+                           const control_body& b, std::vector<outgoing>& out);
+
     wire::message return_reply(const wire::message_header& h, node_id id, node_role role) const;
     /// With ranked certificates, whether `c`'s certificate names `rank`; if not, the
     /// request is refused (`errc::not_permitted`) and logged.

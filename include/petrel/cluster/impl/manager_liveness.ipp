@@ -29,6 +29,15 @@ PETREL_DECL void manager_node::state::on_heartbeat(const connection_ptr& c,
                                       "': its connection to the manager was lost")});
         return;
     }
+    if (it == by_conn.end() && (ph == phase::standby || ph == phase::confirming)) {
+        // A node this manager does not hold (it gave a proposed takeover back and closed
+        // the node's connection, which the node's link made again): it looks again.
+        out.push_back(
+            {c, refusal(h, errc::timed_out,
+                        "the manager at " + address + " does not run job '" + opts.job_id +
+                            "': register again with the one that took it over")});
+        return;
+    }
     if (it != by_conn.end() && view) {
         const auto* n = view->find(it->second);
         if (n && n->state == node_state::failed) {

@@ -37,7 +37,16 @@ PETREL_DECL void manager_node::state::on_return(const connection_ptr& c,
                                   "holds, which names it")});
         return;
     }
-    if (!rank_shown(c, h, me->rank, out)) {
+    // The rank a node registers as: from this manager's own view once it has one, else
+    // from the view the node holds (checked again against the newest when proposing).
+    const bool has_view = view && (ph == phase::running || ph == phase::confirming);
+    const node_info* ranked = has_view ? view->find(b.id) : me;
+    if (ranked && (ranked->role == node_role::server || ranked->role == node_role::worker) &&
+        !rank_shown(c, h, ranked->rank, out)) {
+        return;
+    }
+    if (ph == phase::confirming) {
+        confirming_return(c, h, b, out);
         return;
     }
     if (ph == phase::running) {
@@ -121,6 +130,32 @@ PETREL_DECL void manager_node::state::on_return(const connection_ptr& c,
     const node_id id = b.id;
     returning[id] = {c, h, std::move(b)};
     try_take_over(out);
+}
+
+PETREL_DECL void manager_node::state::confirming_return(const connection_ptr& c,
+                                                        const wire::message_header& h,
+                                                        const control_body& b,
+                                                        std::vector<outgoing>& out) {
+    const node_info* n = view->find(b.id);
+    if (!n || n->state != node_state::alive || n->role != b.role ||
+        (b.role == node_role::server && b.secret != secret)) {
+        out.push_back(
+            {c, refusal(h, errc::node_failed,
+                        "node " + std::to_string(b.id) + " is not live in the job's newest view")});
+        return;
+    }
+    // As at a standby: the first key a node comes back with is its own.
+    auto it = members.find(b.id);
+    if (b.key == node_key{} || (it != members.end() && !same_key(b.key, it->second.key))) {
+        refuse_logged(c, h, "a registration", key_needed(b.id), out);
+        return;
+    }
+    if (it != members.end()) {
+        by_conn.erase(it->second.conn.get());
+    }
+    members[b.id] = {c, clock::now(), b.key};
+    by_conn[c.get()] = b.id;
+    out.push_back({c, return_reply(h, b.id, b.role)});
 }
 
 PETREL_DECL void manager_node::state::refuse_logged(const connection_ptr& c,
@@ -238,6 +273,11 @@ PETREL_DECL void manager_node::state::propose(std::vector<outgoing>& out) {
         if (it == returning.end()) {
             continue;
         }
+        if (n.role != node_role::reader &&
+            !rank_shown(it->second.conn, it->second.request, n.rank, out)) {
+            returning.erase(it); // its certificate names another rank than the newest view
+            continue;
+        }
         members[n.id] = {it->second.conn, now, it->second.body.key};
         by_conn[it->second.conn.get()] = n.id;
         out.push_back({it->second.conn, return_reply(it->second.request, n.id, n.role)});
@@ -268,8 +308,8 @@ PETREL_DECL bool manager_node::state::hold_unconfirmed(const connection_ptr& c,
             confirmed.insert(it->second);
         }
     }
-    if (b.op == control_op::heartbeat) {
-        return false;
+    if (b.op == control_op::heartbeat || (b.op == control_op::join && b.id != no_node)) {
+        return false; // answered now; a node coming back meanwhile is taken in
     }
     unconfirmed.push_back({c, h, std::move(b)});
     return true;
@@ -365,6 +405,7 @@ manager_node::state::step_down(std::vector<outgoing>& out,
     by_conn.clear();
     confirmed.clear();
     view.reset();
+    returned_secret = 0;
     barriers = {};
     unnumbered.clear();
     ph = phase::standby;

@@ -8,6 +8,7 @@
 #include <asio/ssl/context.hpp>
 
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -20,7 +21,7 @@ namespace petrel::detail {
 
 /// The subject's common name of `cert` (UTF-8), or empty.
 inline std::string common_name_of(X509* cert) {
-    const X509_NAME* subject = cert != nullptr ? X509_get_subject_name(cert) : nullptr;
+    X509_NAME* subject = cert != nullptr ? X509_get_subject_name(cert) : nullptr;
     const int at =
         subject != nullptr ? X509_NAME_get_index_by_NID(subject, NID_commonName, -1) : -1;
     if (at < 0) {
@@ -42,6 +43,7 @@ PETREL_DECL std::string certificate_name(const std::string& file) {
     std::unique_ptr<X509, decltype(&X509_free)> cert(
         in ? PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr) : nullptr, &X509_free);
     if (!cert) {
+        ERR_clear_error(); // what OpenSSL queued about the file is told in the message
         throw std::system_error(make_error_code(errc::invalid_argument),
                                 "petrel: cannot read a certificate from '" + file + "'");
     }
@@ -52,8 +54,13 @@ PETREL_DECL std::string tcp_stream::peer_name() {
     if (!tls_) {
         return {};
     }
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
     std::unique_ptr<X509, decltype(&X509_free)> cert(
         SSL_get1_peer_certificate(tls_->native_handle()), &X509_free);
+#else
+    std::unique_ptr<X509, decltype(&X509_free)> cert(
+        SSL_get_peer_certificate(tls_->native_handle()), &X509_free);
+#endif
     return common_name_of(cert.get());
 }
 
