@@ -1041,6 +1041,24 @@ TEST_CASE("manager_node: with ranked certificates a server or worker joins, and 
     auto b2 = w2->async_barrier(petrel::group::workers, asio::use_future);
     CHECK_FALSE(code_of(b1));
     CHECK_FALSE(code_of(b2));
+    // A node that asks for ranked managers sends nothing to a root whose certificate is
+    // not rank 0's (this manager shows "petrel test node").
+    std::this_thread::sleep_for(1100ms); // the manager's refusal lines, a second apart
+    const auto lines = logs.size();
+    petrel::member_options careful;
+    careful.root = root;
+    careful.job_id = "job-a";
+    careful.role = petrel::node_role::reader;
+    careful.group = "serve";
+    careful.startup_timeout = 5000ms;
+    careful.ranked_managers = true;
+    auto reader = std::make_shared<petrel::member>(transport("rank-2"), careful);
+    auto refused = reader->async_join(asio::use_future);
+    CHECK(code_of(refused) == petrel::errc::not_permitted);
+    CHECK_THAT(logs.all(), Catch::Contains("shows the certificate of 'petrel test node', not of "
+                                           "'rank-0'"));
+    CHECK(manager.view()->count(petrel::node_role::reader, petrel::node_state::alive) == 0);
+    CHECK(logs.size() == lines + 1); // that line only: the manager heard nothing
     t.close();
     manager.close();
 }

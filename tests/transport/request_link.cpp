@@ -1,6 +1,7 @@
 #include <petrel/transport/detail/request_link.hpp>
 
 #include "support/cluster.hpp"
+#include "support/tls.hpp"
 
 #include <asio/error.hpp>
 #include <asio/io_context.hpp>
@@ -400,4 +401,42 @@ TEST_CASE("request_link: an observer sees each reply before its callback, and no
     hanging_up.on_close = [](const petrel::connection_ptr&, std::error_code) {};
     CHECK(ends_without_reply(hanging_up, 10s) == errc::connection_closed);
     CHECK(w->copy().size() == 3);
+}
+
+TEST_CASE("request_link: under TLS, a peer that shows another certificate name than the one "
+          "asked for is sent nothing",
+          "[transport][tls][security]") {
+    io_threads io(2);
+    log_capture log;
+    std::atomic<int> received{0};
+    petrel::transport_options listener_options{.log = log.logger()};
+    listener_options.tls = petrel::test::tls_of("rank-1");
+    petrel::tcp_transport listener(io.executor(), listener_options);
+    auto h = answering();
+    h.on_message = [&received](const petrel::connection_ptr& c, wire::message&& m) {
+        ++received;
+        c->send(wire::make_reply(m.header, wire::message_kind::clock_reply));
+    };
+    const auto at = listener.listen("127.0.0.1:0", h);
+    petrel::transport_options client_options{.log = log.logger()};
+    client_options.tls = petrel::test::tls_of("rank-0");
+    auto expecting = [&](const std::string& name) {
+        return std::make_shared<petrel::detail::request_link>(
+            petrel::tcp_transport(io.executor(), client_options), at, 5s,
+            petrel::detail::request_link_options{.peer_name = name});
+    };
+    auto wrong = expecting("rank-0");
+    CHECK(ask(*wrong).error == errc::not_permitted);
+    CHECK(received == 0);
+    CHECK_THAT(log.all(), Catch::Contains("shows the certificate of 'rank-1', not of 'rank-0': "
+                                          "nothing was sent to it"));
+    auto right = expecting("rank-1");
+    CHECK_FALSE(ask(*right).error);
+    CHECK(received == 1);
+    auto any = expecting("");
+    CHECK_FALSE(ask(*any).error);
+    wrong->close();
+    right->close();
+    any->close();
+    listener.close();
 }

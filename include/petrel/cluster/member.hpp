@@ -63,6 +63,12 @@ struct member_options {
     /// manager (barriers, data sets, rounds, leaving) wait and are sent to the manager
     /// that takes over. 0: no looking, a lost manager ends every wait at once.
     std::chrono::milliseconds manager_grace{30000};
+    /// Ranked certificates (`manager_options::ranked_certificates`): the manager at the
+    /// root must show rank 0's TLS certificate (common name `rank-0`) and one at a
+    /// standby address rank 1's (where `petrel::run` starts it); a manager that shows
+    /// another is sent nothing, not even this node's registration (its calls fail with
+    /// `errc::not_permitted`, and a node looking for a manager tries the next address).
+    bool ranked_managers = false;
     /// What this node's process declares: its tables and remote functions (`petrel::run`
     /// sets them from `config::tables` and `config::functions`). The manager compares
     /// them with the job's, those of the first node that joined with declarations, and

@@ -474,6 +474,7 @@ inline int run(const settings& s, const worker_function& fn, logger log = stderr
                     o.standby = {s.standby};
                 }
                 o.manager_grace = s.manager_grace;
+                o.ranked_managers = s.tls_ranks;
                 o.declared = declared;
                 return std::make_shared<member>(tcp_transport(io.get_executor(), topts), o);
             };

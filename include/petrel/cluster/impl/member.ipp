@@ -203,7 +203,11 @@ PETREL_DECL member::state::state(const any_transport& t, member_options o)
 
 PETREL_DECL std::shared_ptr<detail::request_link>
 member::state::make_link(const std::string& address) {
-    auto l = std::make_shared<detail::request_link>(transport, address, opts.heartbeat_timeout);
+    detail::request_link_options lo;
+    if (opts.ranked_managers) {
+        lo.peer_name = address == opts.root ? "rank-0" : "rank-1";
+    }
+    auto l = std::make_shared<detail::request_link>(transport, address, opts.heartbeat_timeout, lo);
     std::weak_ptr<state> weak = weak_from_this();
     l->on_notify([weak](wire::message&& m) {
         if (auto s = weak.lock()) {

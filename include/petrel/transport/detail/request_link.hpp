@@ -67,6 +67,11 @@ struct request_link_options {
     std::chrono::milliseconds unreachable_after{0};
     /// The pause between connection attempts within `unreachable_after`.
     std::chrono::milliseconds retry_interval{100};
+    /// Under TLS: the common name the peer's certificate must show (empty: any the
+    /// authority signed). A connection to a peer that shows another is closed before
+    /// any request is sent on it, and the waiting requests fail with
+    /// `errc::not_permitted` (logged).
+    std::string peer_name{};
 };
 
 /// The error a reply's status stands for.
@@ -389,6 +394,14 @@ private:
         // A connect that the peer closed before its handshake's hello reached no node of
         // this job (another process may hold the port now): as unreachable as a refusal.
         const bool closed_at_connect = ec == errc::connection_closed;
+        if (!ec && c && !options_.peer_name.empty()) {
+            if (const auto shown = c->peer_name(); shown != options_.peer_name) {
+                ec = make_error_code(errc::not_permitted);
+                line = "petrel: " + address_ + " shows the certificate of '" +
+                       printable(shown, 256) + "', not of '" + options_.peer_name +
+                       "': nothing was sent to it";
+            }
+        }
         {
             std::lock_guard lock(mutex_);
             attempting_ = false;
