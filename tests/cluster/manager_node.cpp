@@ -2,6 +2,7 @@
 
 #include "support/cluster.hpp"
 #include "support/events.hpp"
+#include "support/text.hpp"
 #include "support/tls.hpp"
 
 #include <petrel/cluster/member.hpp>
@@ -58,6 +59,14 @@ struct job {
         petrel::transport_options o;
         o.log = logs.logger();
         return o;
+    }
+
+    /// A member of `role` and `rank` that joined the running job.
+    std::shared_ptr<petrel::member> joined(petrel::node_role role, std::uint32_t rank) {
+        auto m = make(role, rank);
+        auto f = m->async_join(asio::use_future);
+        REQUIRE_FALSE(code_of(f));
+        return m;
     }
 
     /// Server rank 0 and workers ranks 1 and 2, joined (for a job of 1 server, 2 workers).
@@ -242,12 +251,7 @@ TEST_CASE("manager_node: readers that went leave the view after departed_grace; 
            .heartbeat_timeout = 2000ms,
            .departed_grace = 300ms});
     auto [s, w0, w1] = j.server_and_two_workers();
-    auto reader = [&](std::uint32_t rank) {
-        auto r = j.make(petrel::node_role::reader, rank);
-        auto joined = r->async_join(asio::use_future);
-        REQUIRE_FALSE(code_of(joined));
-        return r;
-    };
+    auto reader = [&](std::uint32_t rank) { return j.joined(petrel::node_role::reader, rank); };
     auto eventually = [watcher = w0](auto pred) { return view_becomes(*watcher, pred); };
     auto r4 = reader(10);
     auto r5 = reader(11);
@@ -300,12 +304,7 @@ TEST_CASE("manager_node: workers that joined the running job and went leave the 
            .heartbeat_timeout = 2000ms,
            .departed_grace = 300ms});
     auto [s, w0, w1] = j.server_and_two_workers();
-    auto worker = [&](std::uint32_t rank) {
-        auto w = j.make(petrel::node_role::worker, rank);
-        auto joined = w->async_join(asio::use_future);
-        REQUIRE_FALSE(code_of(joined));
-        return w;
-    };
+    auto worker = [&](std::uint32_t rank) { return j.joined(petrel::node_role::worker, rank); };
     auto eventually = [watcher = w0](auto pred) { return view_becomes(*watcher, pred); };
     auto e4 = worker(3);
     auto e5 = worker(4);
@@ -610,15 +609,6 @@ petrel::wire::message heartbeat(std::uint64_t id) {
     auto m = petrel::detail::make_control(b);
     m.header.request_id = id;
     return m;
-}
-
-/// How often `what` occurs in `text`.
-std::size_t occurrences(const std::string& text, const std::string& what) {
-    std::size_t n = 0;
-    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
-        ++n;
-    }
-    return n;
 }
 
 } // namespace
@@ -1179,7 +1169,7 @@ TEST_CASE("manager_node: two standbys never both take a job over: a node counted
     CHECK(ev_b3.close_count() == 0);
     CHECK(ev_b1.close_count() == 0);
     const auto logs = j.logs.all();
-    CHECK(occurrences(logs, "took job 'job-a' over") == 1);
+    CHECK(petrel::test::count_of(logs, "took job 'job-a' over") == 1);
     CHECK_THAT(logs, Catch::Contains("did not take job 'job-a' over: only 1 of its 3 live "
                                      "servers and workers confirmed"));
     // A waits as a standby again: a heartbeat on a connection it does not hold (as a

@@ -1,6 +1,7 @@
 #include <petrel/transport/detail/request_link.hpp>
 
 #include "support/cluster.hpp"
+#include "support/text.hpp"
 #include "support/tls.hpp"
 
 #include <asio/error.hpp>
@@ -25,6 +26,7 @@
 
 using namespace std::chrono_literals;
 using petrel::errc;
+using petrel::test::count_of;
 using petrel::test::io_threads;
 using petrel::test::log_capture;
 namespace wire = petrel::wire;
@@ -75,14 +77,6 @@ outcome ask(petrel::detail::request_link& link) {
     link.request(ping(), [done](std::error_code ec, wire::message&&) { done->set_value(ec); });
     REQUIRE(f.wait_for(20s) == std::future_status::ready);
     return {f.get(), steady::now() - start};
-}
-
-std::size_t count_of(const std::string& text, const std::string& part) {
-    std::size_t n = 0;
-    for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) {
-        ++n;
-    }
-    return n;
 }
 
 } // namespace
