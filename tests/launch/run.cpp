@@ -799,6 +799,15 @@ TEST_CASE("run: exact sums through a server failure", "[.][spmd_failover]") {
         std::ofstream(std::string(dir) + "/rank-" + std::to_string(launch.rank) + ".pid")
             << ::getpid() << "\n";
     }
+    if (std::getenv("PETREL_TEST_RANKED_TLS")) {
+        // Each process shows the certificate of its own rank, and checks its peers'.
+        const auto rank = petrel::detect_launcher(petrel::process_environment()).rank;
+        const auto files = petrel::test::tls_of("rank-" + std::to_string(rank));
+        cfg.tls_cert = files.certificate;
+        cfg.tls_key = files.private_key;
+        cfg.tls_ca = files.authority;
+        cfg.tls_ranks = true;
+    }
     const char* clocks_text = std::getenv("PETREL_TEST_CLOCKS");
     const int clocks = clocks_text ? std::atoi(clocks_text) : 40;
     const int status = petrel::run(
@@ -1806,6 +1815,31 @@ TEST_CASE("run: a standby manager takes the job over when the manager's process 
         const auto& p = procs[static_cast<std::size_t>(r)];
         INFO("rank " << r << ":\n" << p->output());
         CHECK(p->exit_code() == 0);
+    }
+    CHECK_THAT(procs[1]->output(),
+               Catch::Contains("took job") && Catch::Contains("moved to their replicas"));
+    CHECK_THAT(procs[3]->output(),
+               Catch::Contains("registered again with the manager at " + standby));
+}
+
+TEST_CASE("run: under ranked certificates a standby manager takes the job over when the "
+          "manager's process is killed, no update lost",
+          "[fault][process][security][tls]") {
+    // As above, each process showing the certificate of its rank (rank-0 .. rank-4): the
+    // manager admits each node only as its own rank; the nodes accept only rank 0's
+    // certificate at the root and rank 1's at the standby, and register again there.
+    const auto standby = "127.0.0.1:" + std::to_string(petrel::test::free_port());
+    auto procs = kill_servers_during_training(5, 3, {0},
+                                              {{"PETREL_STANDBY", standby},
+                                               {"PETREL_TEST_RANKED_TLS", "1"},
+                                               {"PETREL_TEST_LOG_INFO", "1"}},
+                                              1500ms, 0ms);
+    for (int r : {1, 2, 3, 4}) {
+        const auto& p = procs[static_cast<std::size_t>(r)];
+        INFO("rank " << r << ":\n" << p->output());
+        CHECK(p->exit_code() == 0);
+        CHECK_THAT(p->output(), !Catch::Contains("registers only as the rank its TLS") &&
+                                    !Catch::Contains("shows the certificate of"));
     }
     CHECK_THAT(procs[1]->output(),
                Catch::Contains("took job") && Catch::Contains("moved to their replicas"));

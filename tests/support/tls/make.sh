@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes the certificates the TLS tests and benchmark use: an authority (ca.pem) that signed
-# node.pem (key node.key) and rank-0.pem .. rank-2.pem (ranked certificates: their common
-# names are rank-0 .. rank-2), and another authority (other_ca.pem) that signed
+# node.pem (key node.key) and rank-0.pem .. rank-4.pem (ranked certificates: their common
+# names are rank-0 .. rank-4), and another authority (other_ca.pem) that signed
 # stranger.pem (key stranger.key). EC P-256 keys, valid for 100 years. For tests only: the
 # keys are public.
 set -euo pipefail
@@ -24,6 +24,6 @@ authority ca "petrel test authority"
 authority other_ca "another authority"
 node node ca "petrel test node"
 node stranger other_ca "a node of another authority"
-for r in 0 1 2; do
+for r in 0 1 2 3 4; do
     node "rank-$r" ca "rank-$r"
 done
