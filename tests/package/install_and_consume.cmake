@@ -106,7 +106,8 @@ endforeach()
 # What the README says the install writes.
 foreach(file IN ITEMS include/petrel/petrel.hpp lib/libpetrel.a lib/cmake/petrel/petrelConfig.cmake
                       lib/cmake/petrel/petrelConfigVersion.cmake
-                      lib/cmake/petrel/petrelTargets.cmake lib/cmake/petrel/FindAsio.cmake)
+                      lib/cmake/petrel/petrelTargets.cmake lib/cmake/petrel/FindAsio.cmake
+                      lib/cmake/petrel/Findxxhash.cmake)
     if(NOT EXISTS "${prefix}/${file}")
         message(FATAL_ERROR "the install did not write ${file} under the prefix")
     endif()

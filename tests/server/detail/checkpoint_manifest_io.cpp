@@ -226,3 +226,117 @@ TEST_CASE("checkpoint: write_manifest refuses manifests read_manifest would", "[
     CHECK_THROWS_AS(petrel::detail::write_manifest(tdir, m), std::invalid_argument);
     CHECK_FALSE(fs::exists(tdir / "manifest.json"));
 }
+
+TEST_CASE("checkpoint: a manifest's text is strict JSON, bounded, and an older Petrel's reads",
+          "[checkpoint]") {
+    // As Petrel wrote manifests before clock_limit was recorded (byte for byte).
+    const std::string older = R"({
+    "format_version": 1,
+    "table_id": 3,
+    "key_type": "u64",
+    "value_type": "f32",
+    "width": 8,
+    "state_width": 16,
+    "updater": "adagrad{eta=0.1,epsilon=1e-08,initial_accumulator=0}",
+    "dense": false,
+    "dense_begin": 0,
+    "dense_end": 0,
+    "clock": 12,
+    "shards": [
+        {
+            "file": "shard-1.bin",
+            "server": 1,
+            "rows": 10,
+            "bytes": 100,
+            "checksum": "0x0000000000000005"
+        },
+        {
+            "file": "shard-2.bin",
+            "server": 2,
+            "rows": 11,
+            "bytes": 101,
+            "checksum": "0xfedcba9876543210"
+        }
+    ]
+}
+)";
+    auto parse = [](std::string_view text) {
+        return petrel::detail::parse_manifest_json("manifest.json", text);
+    };
+    auto with = [&](std::string_view from, std::string_view to) {
+        auto s = older;
+        const auto at = s.find(from);
+        REQUIRE(at != std::string::npos);
+        s.replace(at, from.size(), to);
+        return s;
+    };
+    auto refused = [&](const std::string& text, std::string_view why) {
+        INFO(text.substr(0, 300));
+        CHECK_THROWS_AS(parse(text), petrel::checkpoint_error);
+        CHECK_THROWS_WITH(parse(text), Catch::Contains("manifest.json") &&
+                                           Catch::Contains("malformed manifest") &&
+                                           Catch::Contains(std::string(why)));
+    };
+
+    const auto m = parse(older);
+    CHECK(m.table_id == 3);
+    CHECK(m.width == 8);
+    CHECK(m.state_width == 16);
+    CHECK(m.updater == "adagrad{eta=0.1,epsilon=1e-08,initial_accumulator=0}");
+    CHECK(m.clock == 12);
+    CHECK(m.clock_limit == 12); // none recorded: the clock
+    REQUIRE(m.shards.size() == 2);
+    CHECK(m.shards[1].checksum == 0xfedcba9876543210u);
+    CHECK(m.shards[1].rows == 11);
+    // Written again, it is the same text but for the clock limit now recorded.
+    CHECK(petrel::detail::manifest_json(m) ==
+          with("\"clock\": 12,\n", "\"clock\": 12,\n    \"clock_limit\": 12,\n"));
+
+    // Escapes decoded; the largest 64-bit number read; unknown members of any kind skipped.
+    const auto escaped =
+        parse(with(R"("updater": "adagrad{eta=0.1,epsilon=1e-08,initial_accumulator=0}")",
+                   R"("updater": "a\"b\\c\/\n\u00e9\ud83d\ude00")"));
+    CHECK(escaped.updater == "a\"b\\c/\n\xC3\xA9\xF0\x9F\x98\x80");
+    CHECK(parse(with("\"rows\": 10", "\"rows\": 18446744073709551615")).shards[0].rows ==
+          18446744073709551615u);
+    CHECK(parse(with("\"clock\": 12,",
+                     R"("clock": 12, "x": [1.5e-3, -2, null, true, {"y": "z\u0041"}, []],)")) == m);
+    // Strings are bounded in bytes, escaped or not.
+    const std::string a254(254, 'a');
+    CHECK(parse(with("\"file\": \"shard-1.bin\"", "\"file\": \"" + a254 + "\\u00e9\""))
+              .shards[0]
+              .file.size() == 256);
+    refused(with("\"file\": \"shard-1.bin\"", "\"file\": \"" + a254 + "a\\u00e9\""),
+            "member \"file\" is longer than 256 bytes");
+
+    refused("", "line 1, column 1");
+    refused(older + " x", "parse error");
+    refused(with("\"0xfedcba9876543210\"", "\"0xfedcba9876543210\","), "parse error");
+    refused(with("\"width\": 8", "\"width\" 8"), "parse error");
+    refused(with("\"width\": 8", "\"width\": 08"), "parse error");
+    refused(with("\"rows\": 10", "\"rows\": 18446744073709551616"),
+            "member \"rows\" is not an integer");
+    refused(with("\"rows\": 10", "\"rows\": -1"), "member \"rows\" is not an integer");
+    refused(with("\"rows\": 10", "\"rows\": 1.0"), "member \"rows\" is not an integer");
+    refused(with("\"width\": 8", "\"width\": 4294967296"), "width 4294967296 does not fit");
+    refused(with("\"dense\": false", "\"dense\": 0"), "member \"dense\" is not true or false");
+    refused(with("\"updater\": \"adagrad", "\"updater\": \"\\ud83d adagrad"), "parse error");
+    refused(with("\"updater\": \"adagrad", "\"updater\": \"\\q"), "parse error");
+    refused(with("\"updater\": \"adagrad", "\"updater\": \"a\nb"), "parse error");
+    refused(with("\"updater\": \"adagrad", "\"updater\": \"\xff"), "parse error");
+    refused(older.substr(0, older.size() / 2), "parse error");
+    refused(with("\"clock\": 12,", "\"clock\": 12, \"x\": 1.,"), "parse error");
+    refused(with("\"clock\": 12,", "\"clock\": 12, \"x\": nul,"), "parse error");
+    refused(with("\"clock\": 12,", "\"clock\": 12, // a comment\n"), "parse error");
+    refused(with("\"rows\": 10,", "\"rows\": 10, \"rows\": 10,"), "member \"rows\" appears twice");
+    refused(with("\"clock\": 12,", ""), "the manifest has no member \"clock\"");
+    refused(with("\"bytes\": 101,", ""), "a shard has no member \"bytes\"");
+    refused(with("\"shards\": [", "\"shards\": [7, "), "a shard is not a JSON object");
+    refused("[1, 2]", "the manifest is not a JSON object");
+    // Nesting is bounded, whatever the length of the text.
+    refused(with("\"clock\": 12,", "\"clock\": 12, \"x\": " + std::string(100'000, '[') +
+                                       std::string(100'000, ']') + ","),
+            "nested deeper than 32 levels");
+    // Errors in the text say where.
+    refused(with("\"width\": 8", "\"width\": x"), "line 6, column");
+}

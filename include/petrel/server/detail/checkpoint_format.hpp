@@ -34,6 +34,8 @@ inline constexpr std::size_t checkpoint_max_name = 256;
 inline constexpr std::size_t checkpoint_max_shards = std::size_t{1} << 16;
 /// The largest `width` and `state_width`.
 inline constexpr std::uint32_t checkpoint_max_width = std::uint32_t{1} << 24;
+/// The deepest nesting of arrays and objects in a manifest's JSON text.
+inline constexpr int checkpoint_max_json_depth = 32;
 /// The largest manifest file.
 inline constexpr std::uint64_t checkpoint_max_manifest_bytes = std::uint64_t{64} << 20;
 /// Payloads are compressed in blocks of this many bytes (the last one may be shorter).

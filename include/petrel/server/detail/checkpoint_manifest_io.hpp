@@ -19,14 +19,17 @@ namespace detail {
 
 /// The text of `manifest.json`: one JSON object with the manifest's fields, types by
 /// name ("u64"), checksums as "0x" and 16 hex digits (JSON numbers lose precision above
-/// 2^53 in many readers).
-/// @throws std::bad_alloc
+/// 2^53 in many readers), indented by 4.
+/// @throws std::invalid_argument when a string is not UTF-8; std::bad_alloc
 [[nodiscard]] PETREL_DECL std::string manifest_json(const checkpoint_manifest& m);
 
-/// Reads the text `manifest_json` wrote. Members may come in any order; unknown ones are
-/// skipped; every known one must be present, once.
-/// @throws json_error when the text is not such a manifest; checkpoint_error (naming
-///   `file`) for another format version or unknown types.
+/// Reads the text `manifest_json` wrote (or an older Petrel did: `clock_limit` may be
+/// missing). Strict JSON (RFC 8259, UTF-8, no comments), nested at most
+/// `checkpoint_max_json_depth` deep; members may come in any order; unknown ones are
+/// skipped; every known one must be present, once, of its type.
+/// @throws checkpoint_error naming `file`: "malformed manifest: ..." (where, for text
+///   that is not JSON) when the text is not such a manifest; another format version or
+///   unknown types said as such.
 [[nodiscard]] PETREL_DECL checkpoint_manifest parse_manifest_json(const std::filesystem::path& file,
                                                                   std::string_view json);
 

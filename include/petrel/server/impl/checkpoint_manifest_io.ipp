@@ -2,11 +2,13 @@
 #ifndef PETREL_SERVER_IMPL_CHECKPOINT_MANIFEST_IO_IPP
 #define PETREL_SERVER_IMPL_CHECKPOINT_MANIFEST_IO_IPP
 
+#include <petrel/core/log.hpp>
 #include <petrel/server/checkpoint.hpp>
 #include <petrel/server/detail/checkpoint_file.hpp>
 #include <petrel/server/detail/checkpoint_format.hpp>
 #include <petrel/server/detail/checkpoint_manifest_io.hpp>
-#include <petrel/server/detail/json.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
@@ -15,7 +17,8 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
-#include <span>
+#include <stdexcept>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -71,195 +74,211 @@ PETREL_DECL std::string check_manifest(const checkpoint_manifest& m) {
 }
 
 PETREL_DECL std::string manifest_json(const checkpoint_manifest& m) {
-    std::string out = "{\n";
-    auto field = [&](std::string_view indent, std::string_view name) {
-        out += indent;
-        append_json_string(out, name);
-        out += ": ";
-    };
-    auto number = [&](std::string_view indent, std::string_view name, std::uint64_t v) {
-        field(indent, name);
-        out += std::to_string(v);
-        out += ",\n";
-    };
-    auto text = [&](std::string_view indent, std::string_view name, std::string_view v) {
-        field(indent, name);
-        append_json_string(out, v);
-        out += ",\n";
-    };
-    number("    ", "format_version", m.format_version);
-    number("    ", "table_id", m.table_id);
-    text("    ", "key_type", checkpoint_type_name(m.key_type));
-    text("    ", "value_type", checkpoint_type_name(m.value_type));
-    number("    ", "width", m.width);
-    number("    ", "state_width", m.state_width);
-    text("    ", "updater", m.updater);
-    field("    ", "dense");
-    out += m.dense ? "true,\n" : "false,\n";
-    number("    ", "dense_begin", m.dense_begin);
-    number("    ", "dense_end", m.dense_end);
-    number("    ", "clock", m.clock);
-    number("    ", "clock_limit", std::max(m.clock_limit, m.clock));
-    field("    ", "shards");
-    out += m.shards.empty() ? "[" : "[\n";
-    for (std::size_t i = 0; i < m.shards.size(); ++i) {
-        const auto& s = m.shards[i];
-        out += "        {\n";
-        text("            ", "file", s.file);
-        number("            ", "server", s.server);
-        number("            ", "rows", s.rows);
-        number("            ", "bytes", s.bytes);
-        field("            ", "checksum");
-        append_json_string(out, hex64(s.checksum));
-        out += i + 1 < m.shards.size() ? "\n        },\n" : "\n        }\n    ";
+    // ordered_json keeps the members in the order written here.
+    nlohmann::ordered_json j;
+    j["format_version"] = m.format_version;
+    j["table_id"] = m.table_id;
+    j["key_type"] = checkpoint_type_name(m.key_type);
+    j["value_type"] = checkpoint_type_name(m.value_type);
+    j["width"] = m.width;
+    j["state_width"] = m.state_width;
+    j["updater"] = m.updater;
+    j["dense"] = m.dense;
+    j["dense_begin"] = m.dense_begin;
+    j["dense_end"] = m.dense_end;
+    j["clock"] = m.clock;
+    j["clock_limit"] = std::max(m.clock_limit, m.clock);
+    auto& shards = j["shards"] = nlohmann::ordered_json::array();
+    for (const auto& s : m.shards) {
+        shards.push_back({{"file", s.file},
+                          {"server", s.server},
+                          {"rows", s.rows},
+                          {"bytes", s.bytes},
+                          {"checksum", hex64(s.checksum)}});
     }
-    out += "]\n}\n";
-    return out;
+    try {
+        return j.dump(4) + "\n";
+    } catch (const nlohmann::ordered_json::type_error& e) {
+        // A string that is not UTF-8 (the updater's name).
+        throw std::invalid_argument(std::string("petrel::detail::manifest_json: ") + e.what());
+    }
 }
+
+/// Refuses text nested deeper than `checkpoint_max_json_depth` and objects naming a
+/// member twice, as the text is parsed (before any value is kept).
+class manifest_parse_check {
+public:
+    bool operator()(int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using event_t = nlohmann::json::parse_event_t;
+        switch (event) {
+        case event_t::object_start:
+        case event_t::array_start:
+            if (++depth_ > checkpoint_max_json_depth) {
+                throw std::length_error("nested deeper than " +
+                                        std::to_string(checkpoint_max_json_depth) + " levels");
+            }
+            if (event == event_t::object_start) {
+                keys_.emplace_back();
+            }
+            break;
+        case event_t::object_end:
+            keys_.pop_back();
+            --depth_;
+            break;
+        case event_t::array_end:
+            --depth_;
+            break;
+        case event_t::key: {
+            auto& seen = keys_.back();
+            auto key = parsed.get<std::string>();
+            if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+                throw std::length_error("member \"" + printable(key, checkpoint_max_name) +
+                                        "\" appears twice");
+            }
+            seen.push_back(std::move(key));
+            break;
+        }
+        case event_t::value:
+            break;
+        }
+        return true;
+    }
+
+private:
+    int depth_ = 0;
+    std::vector<std::vector<std::string>> keys_; // of each object being parsed
+};
+
+/// The members of one JSON object of a manifest, read with the manifest's rules: each
+/// known member once, of its type; unknown ones ignored.
+class manifest_object {
+public:
+    manifest_object(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {
+        if (!j_.is_object()) {
+            fail(where_ + " is not a JSON object");
+        }
+    }
+
+    [[nodiscard]] std::uint64_t u64(const char* name) const {
+        const auto& v = member(name);
+        if (!v.is_number_unsigned()) {
+            fail("member \"" + std::string(name) + "\" is not an integer in [0, 2^64)");
+        }
+        return v.get<std::uint64_t>();
+    }
+
+    [[nodiscard]] std::uint32_t u32(const char* name) const {
+        const auto v = u64(name);
+        if (v > std::numeric_limits<std::uint32_t>::max()) {
+            fail(std::string(name) + " " + std::to_string(v) + " does not fit in 32 bits");
+        }
+        return static_cast<std::uint32_t>(v);
+    }
+
+    [[nodiscard]] bool boolean(const char* name) const {
+        const auto& v = member(name);
+        if (!v.is_boolean()) {
+            fail("member \"" + std::string(name) + "\" is not true or false");
+        }
+        return v.get<bool>();
+    }
+
+    [[nodiscard]] std::string string(const char* name, std::size_t max_bytes) const {
+        const auto& v = member(name);
+        if (!v.is_string()) {
+            fail("member \"" + std::string(name) + "\" is not a string");
+        }
+        const auto& s = v.get_ref<const std::string&>();
+        if (s.size() > max_bytes) {
+            fail("member \"" + std::string(name) + "\" is longer than " +
+                 std::to_string(max_bytes) + " bytes");
+        }
+        return s;
+    }
+
+    [[nodiscard]] bool has(const char* name) const { return j_.contains(name); }
+
+    [[nodiscard]] const nlohmann::json& member(const char* name) const {
+        const auto at = j_.find(name);
+        if (at == j_.end()) {
+            fail(where_ + " has no member \"" + name + "\"");
+        }
+        return *at;
+    }
+
+    [[noreturn]] static void fail(const std::string& why) { throw std::length_error(why); }
+
+private:
+    const nlohmann::json& j_;
+    std::string where_;
+};
 
 PETREL_DECL checkpoint_manifest parse_manifest_json(const std::filesystem::path& file,
                                                     std::string_view json) {
-    json_reader r(json);
-    checkpoint_manifest m;
-    // Bit i: member i of `names` was read.
-    auto once = [&r](std::uint32_t& seen, std::span<const std::string_view> names,
-                     std::string_view key) -> std::size_t {
-        const auto at =
-            static_cast<std::size_t>(std::find(names.begin(), names.end(), key) - names.begin());
-        if (at < names.size()) {
-            if ((seen >> at & 1u) != 0) {
-                r.fail("member \"" + std::string(key) + "\" appears twice");
-            }
-            seen |= 1u << at;
-        }
-        return at;
-    };
-    auto missing = [&r](std::uint32_t seen, std::span<const std::string_view> names,
-                        std::string_view where) {
-        for (std::size_t i = 0; i < names.size(); ++i) {
-            if ((seen >> i & 1u) == 0) {
-                r.fail(std::string(where) + " has no member \"" + std::string(names[i]) + "\"");
-            }
-        }
-    };
-    auto u32 = [&r](std::string_view name) {
-        const auto v = r.u64();
-        if (v > std::numeric_limits<std::uint32_t>::max()) {
-            r.fail(std::string(name) + " " + std::to_string(v) + " does not fit in 32 bits");
-        }
-        return static_cast<std::uint32_t>(v);
-    };
-    auto type = [&](std::string_view what) {
-        const auto name = r.string(16);
-        const auto t = checkpoint_type_from_name(name);
+    // Malformed text and layout are std::length_error inside, reported as one kind below;
+    // a manifest of another version or of unknown types is said so at once.
+    auto type = [&](const manifest_object& o, const char* name, std::string_view what) {
+        const auto text = o.string(name, 16);
+        const auto t = checkpoint_type_from_name(text);
         if (t == wire::scalar_type::none) {
-            throw checkpoint_error(file, "unknown " + std::string(what) + " \"" + name + "\"");
+            throw checkpoint_error(file, "unknown " + std::string(what) + " \"" + text + "\"");
         }
         return t;
     };
-    static constexpr std::array<std::string_view, 12> fields{
-        "format_version", "table_id", "key_type",    "value_type", "width", "state_width",
-        "updater",        "dense",    "dense_begin", "dense_end",  "clock", "shards"};
-    static constexpr std::array<std::string_view, 5> shard_fields{"file", "server", "rows", "bytes",
-                                                                  "checksum"};
-    std::uint32_t seen = 0;
-    std::optional<std::uint64_t> clock_limit; // optional: older manifests have none
-    r.object([&](std::string_view key) {
-        if (key == "clock_limit") {
-            if (clock_limit) {
-                r.fail("member \"clock_limit\" appears twice");
-            }
-            clock_limit = r.u64();
-            return;
+    try {
+        const auto j = nlohmann::json::parse(json.begin(), json.end(), manifest_parse_check{});
+        const manifest_object o(j, "the manifest");
+        checkpoint_manifest m;
+        m.format_version = o.u32("format_version");
+        if (m.format_version != checkpoint_format_version) {
+            throw checkpoint_error(file, "format version " + std::to_string(m.format_version) +
+                                             " is not supported (this build reads version " +
+                                             std::to_string(checkpoint_format_version) + ")");
         }
-        switch (once(seen, fields, key)) {
-        case 0:
-            m.format_version = u32(key);
-            if (m.format_version != checkpoint_format_version) {
-                throw checkpoint_error(file, "format version " + std::to_string(m.format_version) +
-                                                 " is not supported (this build reads version " +
-                                                 std::to_string(checkpoint_format_version) + ")");
-            }
-            break;
-        case 1:
-            m.table_id = u32(key);
-            break;
-        case 2:
-            m.key_type = type("key type");
-            break;
-        case 3:
-            m.value_type = type("value type");
-            break;
-        case 4:
-            m.width = u32(key);
-            break;
-        case 5:
-            m.state_width = u32(key);
-            break;
-        case 6:
-            m.updater = r.string(checkpoint_max_name);
-            break;
-        case 7:
-            m.dense = r.boolean();
-            break;
-        case 8:
-            m.dense_begin = r.u64();
-            break;
-        case 9:
-            m.dense_end = r.u64();
-            break;
-        case 10:
-            m.clock = r.u64();
-            break;
-        case 11:
-            r.array([&] {
-                if (m.shards.size() == checkpoint_max_shards) {
-                    r.fail("more than 65536 shards");
-                }
-                shard_info s;
-                std::uint32_t shard_seen = 0;
-                r.object([&](std::string_view name) {
-                    switch (once(shard_seen, shard_fields, name)) {
-                    case 0:
-                        s.file = r.string(checkpoint_max_name);
-                        break;
-                    case 1:
-                        s.server = u32(name);
-                        break;
-                    case 2:
-                        s.rows = r.u64();
-                        break;
-                    case 3:
-                        s.bytes = r.u64();
-                        break;
-                    case 4: {
-                        const auto v = parse_hex64(r.string(18));
-                        if (!v) {
-                            r.fail("checksum is not \"0x\" and up to 16 hex digits");
-                        }
-                        s.checksum = *v;
-                        break;
-                    }
-                    default:
-                        r.skip();
-                    }
-                });
-                missing(shard_seen, shard_fields, "a shard");
-                m.shards.push_back(std::move(s));
-            });
-            break;
-        default:
-            r.skip();
+        m.table_id = o.u32("table_id");
+        m.key_type = type(o, "key_type", "key type");
+        m.value_type = type(o, "value_type", "value type");
+        m.width = o.u32("width");
+        m.state_width = o.u32("state_width");
+        m.updater = o.string("updater", checkpoint_max_name);
+        m.dense = o.boolean("dense");
+        m.dense_begin = o.u64("dense_begin");
+        m.dense_end = o.u64("dense_end");
+        m.clock = o.u64("clock");
+        // Optional: manifests written before it have none.
+        m.clock_limit = o.has("clock_limit") ? o.u64("clock_limit") : m.clock;
+        const auto& shards = o.member("shards");
+        if (!shards.is_array()) {
+            manifest_object::fail("member \"shards\" is not an array");
         }
-    });
-    missing(seen, fields, "the manifest");
-    r.finish();
-    m.clock_limit = clock_limit.value_or(m.clock);
-    if (m.clock_limit < m.clock) {
-        throw checkpoint_error(file, "clock_limit " + std::to_string(m.clock_limit) +
-                                         " is below clock " + std::to_string(m.clock));
+        if (shards.size() > checkpoint_max_shards) {
+            manifest_object::fail("more than 65536 shards");
+        }
+        m.shards.reserve(shards.size());
+        for (const auto& each : shards) {
+            const manifest_object s(each, "a shard");
+            shard_info info;
+            info.file = s.string("file", checkpoint_max_name);
+            info.server = s.u32("server");
+            info.rows = s.u64("rows");
+            info.bytes = s.u64("bytes");
+            const auto sum = parse_hex64(s.string("checksum", 18));
+            if (!sum) {
+                manifest_object::fail("checksum is not \"0x\" and up to 16 hex digits");
+            }
+            info.checksum = *sum;
+            m.shards.push_back(std::move(info));
+        }
+        if (m.clock_limit < m.clock) {
+            throw checkpoint_error(file, "clock_limit " + std::to_string(m.clock_limit) +
+                                             " is below clock " + std::to_string(m.clock));
+        }
+        return m;
+    } catch (const nlohmann::json::exception& e) {
+        throw checkpoint_error(file, std::string("malformed manifest: ") + e.what());
+    } catch (const std::length_error& e) {
+        throw checkpoint_error(file, std::string("malformed manifest: ") + e.what());
     }
-    return m;
 }
 
 PETREL_DECL void write_manifest(const std::filesystem::path& table_dir,
@@ -301,13 +320,8 @@ PETREL_DECL checkpoint_manifest read_manifest(const std::filesystem::path& table
     }
     const auto bytes = read_file_of_size(file, size);
 
-    checkpoint_manifest m;
-    try {
-        m = parse_manifest_json(
-            file, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-    } catch (const json_error& e) {
-        throw checkpoint_error(file, std::string("malformed manifest: ") + e.what());
-    }
+    const auto m = parse_manifest_json(
+        file, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     if (auto problem = check_manifest(m); !problem.empty()) {
         throw checkpoint_error(file, problem);
     }
