@@ -5,7 +5,9 @@
 #include "support/temp_dir.hpp"
 #include "support/tls.hpp"
 
+#include <petrel/cluster/manager_node.hpp>
 #include <petrel/kv_store.hpp>
+#include <petrel/transport/tcp_transport.hpp>
 
 #include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
