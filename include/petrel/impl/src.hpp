@@ -27,6 +27,7 @@
 #include <petrel/server/impl/checkpoint_format.ipp>
 #include <petrel/server/impl/checkpoint_manifest_io.ipp>
 #include <petrel/server/impl/server_node.ipp>
+#include <petrel/server/impl/table_factory.ipp>
 #include <petrel/transport/impl/credential.ipp>
 #include <petrel/transport/impl/handshake.ipp>
 #include <petrel/transport/impl/tcp_stream.ipp>

@@ -3,7 +3,7 @@
 
 #include <petrel/core/declarations.hpp>
 #include <petrel/core/key_range.hpp>
-#include <petrel/server/detail/table.hpp>
+#include <petrel/server/detail/table_factory.hpp>
 #include <petrel/server/initializer.hpp>
 #include <petrel/server/updater.hpp>
 #include <petrel/wire/header.hpp>
@@ -116,8 +116,8 @@ public:
             e.updater = std::string(rule_box->name());
             e.rule = rule_box->describe(spec.width);
             e.make = [spec, rule_box]() -> std::unique_ptr<detail::table_base> {
-                return std::make_unique<detail::table<Key, Value>>(spec.width, rule_box, spec.init,
-                                                                   spec.dense);
+                return detail::make_table_of<Key, Value>(spec.width, rule_box, spec.init,
+                                                         spec.dense);
             };
             tables_.emplace(id, std::move(e));
             return *this;
