@@ -9,7 +9,7 @@
 //                                ca.pem; default: the test ones)
 //   (petrel_bench --recovery-server ROOT: a server process the recovery case kills;
 //    petrel_bench --threads-server T FILE: the server process of the server_threads cases)
-#include <petrel/petrel.hpp>
+#include <petrel/all.hpp>
 #include <petrel/server/detail/part_runner.hpp>
 #include <petrel/server/detail/table.hpp>
 

@@ -1,19 +1,21 @@
 #include <petrel/petrel.hpp>
 
-#include "support/cluster.hpp"
-
-#include <asio/use_future.hpp>
 #include <catch2/catch.hpp>
-#include <xtensor/xtensor.hpp>
 
-#include <chrono>
 #include <cstdint>
-#include <future>
+#include <filesystem>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-using namespace std::chrono_literals;
+namespace {
+
+template <typename T>
+concept complete = requires {
+    sizeof(T);
+};
+
+} // namespace
 
 TEST_CASE("petrel.hpp: the version matches the version macros", "[umbrella]") {
     CHECK(petrel::version_string == "0.1.0");
@@ -23,28 +25,31 @@ TEST_CASE("petrel.hpp: the version matches the version macros", "[umbrella]") {
     CHECK(from_macros == petrel::version_string);
 }
 
-TEST_CASE("petrel.hpp: the public names are reachable", "[umbrella]") {
+TEST_CASE("petrel.hpp: a trainer's names are reachable", "[umbrella]") {
     using k64 = std::uint64_t;
     STATIC_REQUIRE(petrel::key<k64>);
     STATIC_REQUIRE(std::is_class_v<petrel::key_range<k64>>);
     STATIC_REQUIRE(std::is_class_v<petrel::vector_clock<k64>>);
     STATIC_REQUIRE(std::is_class_v<petrel::kv_pairs<k64, float>>);
-    STATIC_REQUIRE(std::is_class_v<petrel::kv_store<k64, float>>);
+    STATIC_REQUIRE(std::is_class_v<petrel::kv_store<k64, float, petrel::bounded_delay<2>>>);
     STATIC_REQUIRE(std::is_class_v<petrel::kv_store_options<k64>>);
-    STATIC_REQUIRE(std::is_class_v<petrel::ring>);
-    STATIC_REQUIRE(std::is_class_v<petrel::manager_node>);
-    STATIC_REQUIRE(std::is_class_v<petrel::member>);
     STATIC_REQUIRE(std::is_class_v<petrel::worker_node>);
-    STATIC_REQUIRE(std::is_class_v<petrel::server_node>);
-    STATIC_REQUIRE(std::is_class_v<petrel::buffer_pool>);
-    STATIC_REQUIRE(std::is_class_v<petrel::wire::frame_decoder>);
-    STATIC_REQUIRE(std::is_abstract_v<petrel::connection>);
-    STATIC_REQUIRE(petrel::transport<petrel::tcp_transport>);
-    STATIC_REQUIRE(petrel::transport<petrel::inproc_transport>);
-    STATIC_REQUIRE(petrel::transport<petrel::any_transport>);
+    STATIC_REQUIRE(std::is_class_v<petrel::membership_view>);
+    STATIC_REQUIRE(std::is_class_v<petrel::ring>);
+    STATIC_REQUIRE(std::is_class_v<petrel::data_set>);
+    STATIC_REQUIRE(std::is_class_v<petrel::table_registry>);
+    STATIC_REQUIRE(std::is_class_v<petrel::function_registry>);
+    STATIC_REQUIRE(std::is_class_v<petrel::initializer>);
+    STATIC_REQUIRE(std::is_class_v<petrel::adam>);
+    STATIC_REQUIRE(std::is_class_v<petrel::config>);
+    STATIC_REQUIRE(std::is_class_v<petrel::checkpoint_manifest>);
     STATIC_REQUIRE(std::is_error_code_enum_v<petrel::errc>);
-    STATIC_REQUIRE(petrel::wire::wire_key<std::uint32_t>);
-    STATIC_REQUIRE(petrel::wire::wire_value<double>);
+    using run_from_config = int (*)(const petrel::config&, int, const char* const*,
+                                    const petrel::worker_function&, petrel::logger);
+    STATIC_REQUIRE(
+        std::is_same_v<decltype(static_cast<run_from_config>(&petrel::run)), run_from_config>);
+    using read = petrel::checkpoint_manifest (*)(const std::filesystem::path&, std::uint32_t);
+    STATIC_REQUIRE(std::is_same_v<decltype(static_cast<read>(&petrel::read_checkpoint)), read>);
 
     CHECK(std::string(petrel::error_category().name()) == "petrel");
     CHECK(petrel::to_string(petrel::log_level::warning) == "warning");
@@ -52,27 +57,22 @@ TEST_CASE("petrel.hpp: the public names are reachable", "[umbrella]") {
     const std::vector<k64> keys{1, 2};
     const std::vector<float> values{3, 4};
     CHECK(petrel::kv_pairs<k64, float>::copy_of(keys, values).find(2) == 1);
+    petrel::table_registry tables;
+    tables.add<std::uint32_t, double>(7, {.width = 2}, petrel::adam{});
+    REQUIRE(tables.find(7) != nullptr);
+    CHECK(tables.find(7)->updater == "adam");
 }
 
-TEST_CASE("petrel.hpp: a worker and a server in one process", "[umbrella]") {
-    petrel::test::io_threads io;
-    petrel::inproc_hub hub;
-    petrel::server_node server(petrel::inproc_transport(io.executor(), hub));
-    const auto address = server.listen("");
-
-    petrel::kv_store_options<std::uint64_t> o;
-    o.servers = {address};
-    o.request_timeout = 10s;
-    petrel::kv_store<std::uint64_t, float, petrel::eventual> kv(
-        petrel::inproc_transport(io.executor(), hub), o);
-
-    const std::vector<std::uint64_t> keys{4, 8};
-    auto pushed = kv.push(keys, xt::xtensor<float, 1>{0.5f, -1.0f}, asio::use_future);
-    REQUIRE(pushed.wait_for(10s) == std::future_status::ready);
-    pushed.get();
-    auto pulled = kv.pull(keys, asio::use_future);
-    REQUIRE(pulled.wait_for(10s) == std::future_status::ready);
-    const auto got = pulled.get();
-    CHECK((got.values() == xt::xtensor<float, 1>{0.5f, -1.0f}));
-    CHECK(server.key_count(0) == 2);
+TEST_CASE("petrel.hpp: against the compiled library a trainer's unit does not compile the "
+          "server, the manager or the transports",
+          "[umbrella]") {
+#if PETREL_HEADER_ONLY
+    // Header-only, run's body, and with it every node it may host, is in the unit.
+    STATIC_REQUIRE(complete<petrel::server_node>);
+#else
+    STATIC_REQUIRE_FALSE(complete<petrel::server_node>);
+    STATIC_REQUIRE_FALSE(complete<petrel::manager_node>);
+    STATIC_REQUIRE_FALSE(complete<petrel::tcp_transport>);
+    STATIC_REQUIRE_FALSE(complete<petrel::inproc_transport>);
+#endif
 }

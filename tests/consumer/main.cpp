@@ -1,4 +1,4 @@
-#include <petrel/petrel.hpp>
+#include <petrel/all.hpp>
 
 #include <asio/io_context.hpp>
 
