@@ -337,6 +337,16 @@ TEST_CASE("checkpoint: a manifest's text is strict JSON, bounded, and an older P
     refused(with("\"clock\": 12,", "\"clock\": 12, \"x\": " + std::string(100'000, '[') +
                                        std::string(100'000, ']') + ","),
             "nested deeper than 32 levels");
+    // Unknown members are skipped, not kept: a name may come again; the shards are counted
+    // as they come.
+    CHECK(parse(with("\"clock\": 12,", "\"clock\": 12, \"x\": 1, \"x\": [2], \"x\": {},")) == m);
+    std::string many = "\"shards\": [";
+    for (std::uint32_t s = 0; s <= 65536; ++s) {
+        many += std::string(s == 0 ? "" : ",") +
+                "{\"file\": \"f\", \"server\": " + std::to_string(s) +
+                ", \"rows\": 0, \"bytes\": 12, \"checksum\": \"0x0\"}";
+    }
+    refused(with("\"shards\": [", many + ","), "more than 65536 shards");
     // Errors in the text say where.
     refused(with("\"width\": 8", "\"width\": x"), "line 6, column");
 }

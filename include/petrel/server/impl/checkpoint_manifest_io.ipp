@@ -2,7 +2,6 @@
 #ifndef PETREL_SERVER_IMPL_CHECKPOINT_MANIFEST_IO_IPP
 #define PETREL_SERVER_IMPL_CHECKPOINT_MANIFEST_IO_IPP
 
-#include <petrel/core/log.hpp>
 #include <petrel/server/checkpoint.hpp>
 #include <petrel/server/detail/checkpoint_file.hpp>
 #include <petrel/server/detail/checkpoint_format.hpp>
@@ -17,8 +16,10 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -104,181 +105,319 @@ PETREL_DECL std::string manifest_json(const checkpoint_manifest& m) {
     }
 }
 
-/// Refuses text nested deeper than `checkpoint_max_json_depth` and objects naming a
-/// member twice, as the text is parsed (before any value is kept).
-class manifest_parse_check {
+/// A manifest's text that is not a manifest: what is wrong, said after
+/// "malformed manifest: ".
+class manifest_text_error : public std::runtime_error {
 public:
-    bool operator()(int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        using event_t = nlohmann::json::parse_event_t;
-        switch (event) {
-        case event_t::object_start:
-        case event_t::array_start:
-            if (++depth_ > checkpoint_max_json_depth) {
-                throw std::length_error("nested deeper than " +
-                                        std::to_string(checkpoint_max_json_depth) + " levels");
-            }
-            if (event == event_t::object_start) {
-                keys_.emplace_back();
-            }
-            break;
-        case event_t::object_end:
-            keys_.pop_back();
-            --depth_;
-            break;
-        case event_t::array_end:
-            --depth_;
-            break;
-        case event_t::key: {
-            auto& seen = keys_.back();
-            auto key = parsed.get<std::string>();
-            if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-                throw std::length_error("member \"" + printable(key, checkpoint_max_name) +
-                                        "\" appears twice");
-            }
-            seen.push_back(std::move(key));
-            break;
+    using std::runtime_error::runtime_error;
+};
+
+/// Reads a manifest's JSON text as nlohmann-json parses it (SAX events), keeping only
+/// what a manifest holds: each known member once and of its type, at most
+/// `checkpoint_max_shards` shards, unknown members skipped without being kept, nesting at
+/// most `checkpoint_max_json_depth` deep. What a text costs is bounded by what the
+/// manifest keeps, whatever the text.
+class manifest_sax {
+public:
+    manifest_sax(const std::filesystem::path& file, checkpoint_manifest& m) : file_(file), m_(m) {}
+
+    bool null() { return other_scalar(); }
+    bool boolean(bool v) {
+        if (const auto f = field(); f == top_dense) {
+            m_.dense = v;
+        } else if (f != unknown) {
+            wrong(f);
         }
-        case event_t::value:
-            break;
+        return true;
+    }
+    bool number_integer(nlohmann::json::number_integer_t) { return other_scalar(); }
+    bool number_unsigned(nlohmann::json::number_unsigned_t v) {
+        if (const auto f = field(); f != unknown) {
+            number(f, v);
+        }
+        return true;
+    }
+    bool number_float(nlohmann::json::number_float_t, const std::string&) { return other_scalar(); }
+    bool string(std::string& v) {
+        if (const auto f = field(); f != unknown) {
+            text(f, std::move(v));
+        }
+        return true;
+    }
+    bool binary(nlohmann::json::binary_t&) { return other_scalar(); }
+
+    bool start_object(std::size_t) {
+        enter();
+        if (frames_.empty()) {
+            frames_.push_back({kind::top});
+        } else if (frames_.back().of == kind::shards) {
+            if (m_.shards.size() == checkpoint_max_shards) {
+                fail("more than 65536 shards");
+            }
+            m_.shards.emplace_back();
+            frames_.push_back({kind::shard});
+        } else if (const auto f = field(); f == unknown) {
+            frames_.push_back({kind::skip});
+        } else {
+            wrong(f);
+        }
+        return true;
+    }
+    bool key(std::string& name) {
+        auto& fr = frames_.back();
+        if (fr.of == kind::skip) {
+            return true;
+        }
+        const std::span<const std::string_view> names =
+            fr.of == kind::top ? std::span<const std::string_view>(top_names)
+                               : std::span<const std::string_view>(shard_names);
+        const auto at = std::find(names.begin(), names.end(), name);
+        fr.member = at == names.end() ? unknown : static_cast<int>(at - names.begin());
+        if (fr.member != unknown) {
+            if ((fr.seen >> fr.member & 1u) != 0) {
+                fail("member \"" + name + "\" appears twice");
+            }
+            fr.seen |= 1u << fr.member;
+        }
+        return true;
+    }
+    bool end_object() {
+        const auto fr = frames_.back();
+        frames_.pop_back();
+        --depth_;
+        if (fr.of == kind::top || fr.of == kind::shard) {
+            const std::span<const std::string_view> names =
+                fr.of == kind::top ? std::span<const std::string_view>(top_names)
+                                   : std::span<const std::string_view>(shard_names);
+            for (std::size_t i = 0; i < names.size(); ++i) {
+                if ((fr.seen >> i & 1u) == 0 && names[i] != "clock_limit") {
+                    fail(std::string(fr.of == kind::top ? "the manifest" : "a shard") +
+                         " has no member \"" + std::string(names[i]) + "\"");
+                }
+            }
+        }
+        return true;
+    }
+    bool start_array(std::size_t) {
+        enter();
+        if (const auto f = field(); f == top_shards) {
+            frames_.push_back({kind::shards});
+        } else if (f == unknown) {
+            frames_.push_back({kind::skip});
+        } else {
+            wrong(f);
+        }
+        return true;
+    }
+    bool end_array() {
+        frames_.pop_back();
+        --depth_;
+        return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& e) {
+        throw manifest_text_error(e.what());
+    }
+
+    /// Whether the manifest recorded `clock_limit` (older ones did not).
+    [[nodiscard]] bool clock_limit_seen() const noexcept { return clock_limit_seen_; }
+
+private:
+    enum class kind { top, shards, shard, skip };
+    struct frame {
+        kind of;
+        std::uint32_t seen = 0; // bit i: member i of the object's names was read
+        int member = -1;        // the member whose value comes next, or `unknown`
+    };
+    static constexpr int unknown = -1;
+    static constexpr std::array<std::string_view, 13> top_names{
+        "format_version", "table_id",    "key_type", "value_type",  "width",
+        "state_width",    "updater",     "dense",    "dense_begin", "dense_end",
+        "clock",          "clock_limit", "shards"};
+    static constexpr std::array<std::string_view, 5> shard_names{"file", "server", "rows", "bytes",
+                                                                 "checksum"};
+    // Indices of top_names; a shard's member i is field shard_base + i.
+    static constexpr int top_key_type = 2;
+    static constexpr int top_value_type = 3;
+    static constexpr int top_updater = 6;
+    static constexpr int top_dense = 7;
+    static constexpr int top_clock_limit = 11;
+    static constexpr int top_shards = 12;
+    static constexpr int shard_base = 100;
+    static constexpr int shard_file = shard_base + 0;
+    static constexpr int shard_checksum = shard_base + 4;
+
+    [[noreturn]] static void fail(const std::string& why) { throw manifest_text_error(why); }
+
+    void enter() {
+        if (++depth_ > checkpoint_max_json_depth) {
+            fail("nested deeper than " + std::to_string(checkpoint_max_json_depth) + " levels");
+        }
+    }
+
+    /// The member the next value is for: an index of `top_names`, `shard_base` plus one of
+    /// `shard_names`, or `unknown` (a member skipped, or a value inside one).
+    int field() {
+        if (frames_.empty()) {
+            fail("the manifest is not a JSON object");
+        }
+        auto& fr = frames_.back();
+        if (fr.of == kind::shards) {
+            fail("a shard is not a JSON object");
+        }
+        if (fr.of == kind::skip || fr.member == unknown) {
+            return unknown;
+        }
+        const int f = fr.of == kind::top ? fr.member : shard_base + fr.member;
+        fr.member = unknown;
+        return f;
+    }
+
+    [[nodiscard]] static std::string name_of(int f) {
+        return std::string(f >= shard_base ? shard_names[static_cast<std::size_t>(f - shard_base)]
+                                           : top_names[static_cast<std::size_t>(f)]);
+    }
+
+    [[noreturn]] static void wrong(int f) {
+        const char* expected = "an integer in [0, 2^64)";
+        if (f == top_dense) {
+            expected = "true or false";
+        } else if (f == top_shards) {
+            expected = "an array";
+        } else if (f == top_key_type || f == top_value_type || f == top_updater ||
+                   f == shard_file || f == shard_checksum) {
+            expected = "a string";
+        }
+        fail("member \"" + name_of(f) + "\" is not " + expected);
+    }
+
+    bool other_scalar() {
+        if (const auto f = field(); f != unknown) {
+            wrong(f);
         }
         return true;
     }
 
-private:
-    int depth_ = 0;
-    std::vector<std::vector<std::string>> keys_; // of each object being parsed
-};
-
-/// The members of one JSON object of a manifest, read with the manifest's rules: each
-/// known member once, of its type; unknown ones ignored.
-class manifest_object {
-public:
-    manifest_object(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {
-        if (!j_.is_object()) {
-            fail(where_ + " is not a JSON object");
-        }
-    }
-
-    [[nodiscard]] std::uint64_t u64(const char* name) const {
-        const auto& v = member(name);
-        if (!v.is_number_unsigned()) {
-            fail("member \"" + std::string(name) + "\" is not an integer in [0, 2^64)");
-        }
-        return v.get<std::uint64_t>();
-    }
-
-    [[nodiscard]] std::uint32_t u32(const char* name) const {
-        const auto v = u64(name);
+    static std::uint32_t u32(int f, std::uint64_t v) {
         if (v > std::numeric_limits<std::uint32_t>::max()) {
-            fail(std::string(name) + " " + std::to_string(v) + " does not fit in 32 bits");
+            fail(name_of(f) + " " + std::to_string(v) + " does not fit in 32 bits");
         }
         return static_cast<std::uint32_t>(v);
     }
 
-    [[nodiscard]] bool boolean(const char* name) const {
-        const auto& v = member(name);
-        if (!v.is_boolean()) {
-            fail("member \"" + std::string(name) + "\" is not true or false");
+    void number(int f, std::uint64_t v) {
+        switch (f) {
+        case 0:
+            m_.format_version = u32(f, v);
+            if (m_.format_version != checkpoint_format_version) {
+                throw checkpoint_error(file_, "format version " + std::to_string(v) +
+                                                  " is not supported (this build reads version " +
+                                                  std::to_string(checkpoint_format_version) + ")");
+            }
+            break;
+        case 1:
+            m_.table_id = u32(f, v);
+            break;
+        case 4:
+            m_.width = u32(f, v);
+            break;
+        case 5:
+            m_.state_width = u32(f, v);
+            break;
+        case 8:
+            m_.dense_begin = v;
+            break;
+        case 9:
+            m_.dense_end = v;
+            break;
+        case 10:
+            m_.clock = v;
+            break;
+        case top_clock_limit:
+            m_.clock_limit = v;
+            clock_limit_seen_ = true;
+            break;
+        case shard_base + 1:
+            m_.shards.back().server = u32(f, v);
+            break;
+        case shard_base + 2:
+            m_.shards.back().rows = v;
+            break;
+        case shard_base + 3:
+            m_.shards.back().bytes = v;
+            break;
+        default:
+            wrong(f);
         }
-        return v.get<bool>();
     }
 
-    [[nodiscard]] std::string string(const char* name, std::size_t max_bytes) const {
-        const auto& v = member(name);
-        if (!v.is_string()) {
-            fail("member \"" + std::string(name) + "\" is not a string");
+    void text(int f, std::string&& v) {
+        auto bounded = [&](std::size_t max_bytes) {
+            if (v.size() > max_bytes) {
+                fail("member \"" + name_of(f) + "\" is longer than " + std::to_string(max_bytes) +
+                     " bytes");
+            }
+            return std::move(v);
+        };
+        auto type = [&](const char* what) {
+            const auto name = bounded(16);
+            const auto t = checkpoint_type_from_name(name);
+            if (t == wire::scalar_type::none) {
+                throw checkpoint_error(file_, "unknown " + std::string(what) + " \"" + name + "\"");
+            }
+            return t;
+        };
+        switch (f) {
+        case top_key_type:
+            m_.key_type = type("key type");
+            break;
+        case top_value_type:
+            m_.value_type = type("value type");
+            break;
+        case top_updater:
+            m_.updater = bounded(checkpoint_max_name);
+            break;
+        case shard_file:
+            m_.shards.back().file = bounded(checkpoint_max_name);
+            break;
+        case shard_checksum: {
+            const auto sum = parse_hex64(bounded(18));
+            if (!sum) {
+                fail("checksum is not \"0x\" and up to 16 hex digits");
+            }
+            m_.shards.back().checksum = *sum;
+            break;
         }
-        const auto& s = v.get_ref<const std::string&>();
-        if (s.size() > max_bytes) {
-            fail("member \"" + std::string(name) + "\" is longer than " +
-                 std::to_string(max_bytes) + " bytes");
+        default:
+            wrong(f);
         }
-        return s;
     }
 
-    [[nodiscard]] bool has(const char* name) const { return j_.contains(name); }
-
-    [[nodiscard]] const nlohmann::json& member(const char* name) const {
-        const auto at = j_.find(name);
-        if (at == j_.end()) {
-            fail(where_ + " has no member \"" + name + "\"");
-        }
-        return *at;
-    }
-
-    [[noreturn]] static void fail(const std::string& why) { throw std::length_error(why); }
-
-private:
-    const nlohmann::json& j_;
-    std::string where_;
+    const std::filesystem::path& file_;
+    checkpoint_manifest& m_;
+    std::vector<frame> frames_;
+    int depth_ = 0;
+    bool clock_limit_seen_ = false;
 };
 
 PETREL_DECL checkpoint_manifest parse_manifest_json(const std::filesystem::path& file,
                                                     std::string_view json) {
-    // Malformed text and layout are std::length_error inside, reported as one kind below;
-    // a manifest of another version or of unknown types is said so at once.
-    auto type = [&](const manifest_object& o, const char* name, std::string_view what) {
-        const auto text = o.string(name, 16);
-        const auto t = checkpoint_type_from_name(text);
-        if (t == wire::scalar_type::none) {
-            throw checkpoint_error(file, "unknown " + std::string(what) + " \"" + text + "\"");
-        }
-        return t;
-    };
+    checkpoint_manifest m;
+    manifest_sax reader(file, m);
     try {
-        const auto j = nlohmann::json::parse(json.begin(), json.end(), manifest_parse_check{});
-        const manifest_object o(j, "the manifest");
-        checkpoint_manifest m;
-        m.format_version = o.u32("format_version");
-        if (m.format_version != checkpoint_format_version) {
-            throw checkpoint_error(file, "format version " + std::to_string(m.format_version) +
-                                             " is not supported (this build reads version " +
-                                             std::to_string(checkpoint_format_version) + ")");
-        }
-        m.table_id = o.u32("table_id");
-        m.key_type = type(o, "key_type", "key type");
-        m.value_type = type(o, "value_type", "value type");
-        m.width = o.u32("width");
-        m.state_width = o.u32("state_width");
-        m.updater = o.string("updater", checkpoint_max_name);
-        m.dense = o.boolean("dense");
-        m.dense_begin = o.u64("dense_begin");
-        m.dense_end = o.u64("dense_end");
-        m.clock = o.u64("clock");
-        // Optional: manifests written before it have none.
-        m.clock_limit = o.has("clock_limit") ? o.u64("clock_limit") : m.clock;
-        const auto& shards = o.member("shards");
-        if (!shards.is_array()) {
-            manifest_object::fail("member \"shards\" is not an array");
-        }
-        if (shards.size() > checkpoint_max_shards) {
-            manifest_object::fail("more than 65536 shards");
-        }
-        m.shards.reserve(shards.size());
-        for (const auto& each : shards) {
-            const manifest_object s(each, "a shard");
-            shard_info info;
-            info.file = s.string("file", checkpoint_max_name);
-            info.server = s.u32("server");
-            info.rows = s.u64("rows");
-            info.bytes = s.u64("bytes");
-            const auto sum = parse_hex64(s.string("checksum", 18));
-            if (!sum) {
-                manifest_object::fail("checksum is not \"0x\" and up to 16 hex digits");
-            }
-            info.checksum = *sum;
-            m.shards.push_back(std::move(info));
-        }
-        if (m.clock_limit < m.clock) {
-            throw checkpoint_error(file, "clock_limit " + std::to_string(m.clock_limit) +
-                                             " is below clock " + std::to_string(m.clock));
-        }
-        return m;
+        nlohmann::json::sax_parse(json.begin(), json.end(), &reader);
+    } catch (const manifest_text_error& e) {
+        throw checkpoint_error(file, std::string("malformed manifest: ") + e.what());
     } catch (const nlohmann::json::exception& e) {
         throw checkpoint_error(file, std::string("malformed manifest: ") + e.what());
-    } catch (const std::length_error& e) {
-        throw checkpoint_error(file, std::string("malformed manifest: ") + e.what());
     }
+    if (!reader.clock_limit_seen()) {
+        m.clock_limit = m.clock; // an older manifest: none recorded
+    }
+    if (m.clock_limit < m.clock) {
+        throw checkpoint_error(file, "clock_limit " + std::to_string(m.clock_limit) +
+                                         " is below clock " + std::to_string(m.clock));
+    }
+    return m;
 }
 
 PETREL_DECL void write_manifest(const std::filesystem::path& table_dir,
