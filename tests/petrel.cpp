@@ -28,21 +28,21 @@ TEST_CASE("petrel.hpp: the version matches the version macros", "[umbrella]") {
 TEST_CASE("petrel.hpp: a trainer's names are reachable", "[umbrella]") {
     using k64 = std::uint64_t;
     STATIC_REQUIRE(petrel::key<k64>);
-    STATIC_REQUIRE(std::is_class_v<petrel::key_range<k64>>);
-    STATIC_REQUIRE(std::is_class_v<petrel::vector_clock<k64>>);
-    STATIC_REQUIRE(std::is_class_v<petrel::kv_pairs<k64, float>>);
-    STATIC_REQUIRE(std::is_class_v<petrel::kv_store<k64, float, petrel::bounded_delay<2>>>);
-    STATIC_REQUIRE(std::is_class_v<petrel::kv_store_options<k64>>);
-    STATIC_REQUIRE(std::is_class_v<petrel::worker_node>);
-    STATIC_REQUIRE(std::is_class_v<petrel::membership_view>);
-    STATIC_REQUIRE(std::is_class_v<petrel::ring>);
-    STATIC_REQUIRE(std::is_class_v<petrel::data_set>);
-    STATIC_REQUIRE(std::is_class_v<petrel::table_registry>);
-    STATIC_REQUIRE(std::is_class_v<petrel::function_registry>);
-    STATIC_REQUIRE(std::is_class_v<petrel::initializer>);
-    STATIC_REQUIRE(std::is_class_v<petrel::adam>);
-    STATIC_REQUIRE(std::is_class_v<petrel::config>);
-    STATIC_REQUIRE(std::is_class_v<petrel::checkpoint_manifest>);
+    STATIC_REQUIRE(complete<petrel::key_range<k64>>);
+    STATIC_REQUIRE(complete<petrel::vector_clock<k64>>);
+    STATIC_REQUIRE(complete<petrel::kv_pairs<k64, float>>);
+    STATIC_REQUIRE(complete<petrel::kv_store<k64, float, petrel::bounded_delay<2>>>);
+    STATIC_REQUIRE(complete<petrel::kv_store_options<k64>>);
+    STATIC_REQUIRE(complete<petrel::worker_node>);
+    STATIC_REQUIRE(complete<petrel::membership_view>);
+    STATIC_REQUIRE(complete<petrel::ring>);
+    STATIC_REQUIRE(complete<petrel::data_set>);
+    STATIC_REQUIRE(complete<petrel::table_registry>);
+    STATIC_REQUIRE(complete<petrel::function_registry>);
+    STATIC_REQUIRE(complete<petrel::initializer>);
+    STATIC_REQUIRE(complete<petrel::adam>);
+    STATIC_REQUIRE(complete<petrel::config>);
+    STATIC_REQUIRE(complete<petrel::checkpoint_manifest>);
     STATIC_REQUIRE(std::is_error_code_enum_v<petrel::errc>);
     using run_from_config = int (*)(const petrel::config&, int, const char* const*,
                                     const petrel::worker_function&, petrel::logger);

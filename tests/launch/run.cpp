@@ -803,12 +803,14 @@ TEST_CASE("run: exact sums through a server failure", "[.][spmd_failover]") {
     }
     if (std::getenv("PETREL_TEST_RANKED_TLS")) {
         // Each process shows the certificate of its own rank, and checks its peers'.
-        const auto rank = petrel::detect_launcher(petrel::process_environment()).rank;
-        const auto files = petrel::test::tls_of("rank-" + std::to_string(rank));
+        const auto launch_rank = petrel::detect_launcher(petrel::process_environment()).rank;
+        const auto files = petrel::test::tls_of("rank-" + std::to_string(launch_rank));
         cfg.tls_cert = files.certificate;
         cfg.tls_key = files.private_key;
         cfg.tls_ca = files.authority;
         cfg.tls_ranks = true;
+        std::fprintf(stderr, "test: rank %u shows the certificate %s, ranks checked\n", launch_rank,
+                     files.certificate.c_str());
     }
     const char* clocks_text = std::getenv("PETREL_TEST_CLOCKS");
     const int clocks = clocks_text ? std::atoi(clocks_text) : 40;
@@ -1840,8 +1842,12 @@ TEST_CASE("run: under ranked certificates a standby manager takes the job over w
         const auto& p = procs[static_cast<std::size_t>(r)];
         INFO("rank " << r << ":\n" << p->output());
         CHECK(p->exit_code() == 0);
-        CHECK_THAT(p->output(), !Catch::Contains("registers only as the rank its TLS") &&
-                                    !Catch::Contains("shows the certificate of"));
+        CHECK_THAT(p->output(),
+                   Catch::Contains("test: rank " + std::to_string(r) + " shows the certificate " +
+                                   petrel::test::tls_path("rank-" + std::to_string(r) + ".pem") +
+                                   ", ranks checked") &&
+                       !Catch::Contains("registers only as the rank its TLS") &&
+                       !Catch::Contains("shows the certificate of '"));
     }
     CHECK_THAT(procs[1]->output(),
                Catch::Contains("took job") && Catch::Contains("moved to their replicas"));
