@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstddef>
 #include <cstdio>
@@ -84,6 +85,9 @@ checkpoint_clocks(const std::filesystem::path& dir) {
                                                            std::uint32_t servers) noexcept {
     return std::max<std::size_t>(1, threads / std::max<std::uint32_t>(1, servers));
 }
+
+/// How long `run` lets the writes of its closed nodes finish before it stops its threads.
+inline constexpr std::chrono::milliseconds run_drain_limit{2000};
 
 /// The outcome of a future, as an error code.
 [[nodiscard]] PETREL_DECL std::error_code outcome(std::future<void>& f) {
@@ -339,8 +343,16 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
     asio::io_context io;
     auto work = asio::make_work_guard(io);
     std::vector<std::thread> io_threads;
+    std::mutex io_mutex;
+    std::condition_variable io_returned;
+    std::size_t io_running = s.threads;
     for (std::uint32_t i = 0; i < s.threads; ++i) {
-        io_threads.emplace_back([&io] { io.run(); });
+        io_threads.emplace_back([&] {
+            io.run();
+            std::lock_guard lock(io_mutex);
+            --io_running;
+            io_returned.notify_all();
+        });
     }
     auto say = [&](log_level level, const std::string& text) {
         if (log) {
@@ -688,6 +700,14 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
         }
     }
     work.reset();
+    {
+        // What the nodes sent before they closed leaves first (the last node's leave is
+        // answered just before the manager finishes; under TLS a connection's write loop
+        // writes what is queued before its socket closes): once nothing is left to do the
+        // threads return. A wait that does not end is cut short.
+        std::unique_lock lock(io_mutex);
+        io_returned.wait_for(lock, detail::run_drain_limit, [&] { return io_running == 0; });
+    }
     io.stop();
     for (auto& t : io_threads) {
         t.join();
