@@ -1,15 +1,14 @@
 #include <petrel/all.hpp>
 
+#include "support/complete.hpp"
+
 #include <type_traits>
 
 // Checked before any other header is included: all.hpp alone defines these (fwd.hpp only
 // declares them). petrel.hpp's own names: tests/petrel.cpp.
 namespace all_hpp {
 
-template <typename T>
-concept complete = requires {
-    sizeof(T);
-};
+using petrel::test::complete;
 
 static_assert(complete<petrel::manager_node>);
 static_assert(complete<petrel::member>);

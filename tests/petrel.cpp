@@ -1,5 +1,7 @@
 #include <petrel/petrel.hpp>
 
+#include "support/complete.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -8,14 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace {
-
-template <typename T>
-concept complete = requires {
-    sizeof(T);
-};
-
-} // namespace
+using petrel::test::complete;
 
 TEST_CASE("petrel.hpp: the version matches the version macros", "[umbrella]") {
     CHECK(petrel::version_string == "0.1.0");
