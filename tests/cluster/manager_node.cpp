@@ -32,21 +32,21 @@ namespace {
 
 /// A manager on loopback and helpers to make members of its job. Declared in the order
 /// that lets every handler finish before what it touches is destroyed.
-struct job {
-    explicit job(std::uint32_t servers, std::uint32_t workers,
-                 std::chrono::milliseconds heartbeat_timeout = 2000ms,
-                 std::chrono::milliseconds startup_timeout = 10000ms, std::uint32_t max_servers = 0,
-                 std::uint32_t max_workers = 0)
-        : job({.job_id = "job-a",
-               .servers = servers,
-               .workers = workers,
-               .max_workers = max_workers,
-               .max_servers = max_servers,
-               .ring = {.partitions = 64},
-               .heartbeat_timeout = heartbeat_timeout,
-               .startup_timeout = startup_timeout}) {}
+struct manager_job {
+    explicit manager_job(std::uint32_t servers, std::uint32_t workers,
+                         std::chrono::milliseconds heartbeat_timeout = 2000ms,
+                         std::chrono::milliseconds startup_timeout = 10000ms,
+                         std::uint32_t max_servers = 0, std::uint32_t max_workers = 0)
+        : manager_job({.job_id = "job-a",
+                       .servers = servers,
+                       .workers = workers,
+                       .max_workers = max_workers,
+                       .max_servers = max_servers,
+                       .ring = {.partitions = 64},
+                       .heartbeat_timeout = heartbeat_timeout,
+                       .startup_timeout = startup_timeout}) {}
 
-    explicit job(petrel::manager_options o)
+    explicit manager_job(petrel::manager_options o)
         : manager(petrel::tcp_transport(io.executor(), quiet()), std::move(o)),
           root(manager.listen("127.0.0.1:0")) {}
 
@@ -151,7 +151,7 @@ void join_all(const std::vector<std::shared_ptr<petrel::member>>& members) {
     }
 }
 
-std::array<std::shared_ptr<petrel::member>, 3> job::server_and_two_workers() {
+std::array<std::shared_ptr<petrel::member>, 3> manager_job::server_and_two_workers() {
     std::array<std::shared_ptr<petrel::member>, 3> m{make(petrel::node_role::server, 0),
                                                      make(petrel::node_role::worker, 1),
                                                      make(petrel::node_role::worker, 2)};
@@ -163,7 +163,7 @@ std::array<std::shared_ptr<petrel::member>, 3> job::server_and_two_workers() {
 
 TEST_CASE("manager_node: a job forms once every node registered, ids follow roles and ranks",
           "[cluster][manager]") {
-    job j(2, 3);
+    manager_job j(2, 3);
     // Registered out of order: the ids still follow (role, rank).
     auto w2 = j.make(petrel::node_role::worker, 4);
     auto s1 = j.make(petrel::node_role::server, 1);
@@ -204,7 +204,7 @@ TEST_CASE("manager_node: a job forms once every node registered, ids follow role
 
 TEST_CASE("manager_node: barriers release a group once all its live members arrived",
           "[cluster][manager]") {
-    job j(1, 2);
+    manager_job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     for (int round = 0; round < 3; ++round) {
         auto b0 = w0->async_barrier(petrel::group::workers, asio::use_future);
@@ -244,12 +244,12 @@ TEST_CASE("manager_node: barriers release a group once all its live members arri
 TEST_CASE("manager_node: readers that went leave the view after departed_grace; ids and "
           "readers' indices never repeat",
           "[cluster][manager][security]") {
-    job j({.job_id = "job-a",
-           .servers = 1,
-           .workers = 2,
-           .ring = {.partitions = 64},
-           .heartbeat_timeout = 2000ms,
-           .departed_grace = 300ms});
+    manager_job j({.job_id = "job-a",
+                   .servers = 1,
+                   .workers = 2,
+                   .ring = {.partitions = 64},
+                   .heartbeat_timeout = 2000ms,
+                   .departed_grace = 300ms});
     auto [s, w0, w1] = j.server_and_two_workers();
     auto reader = [&](std::uint32_t rank) { return j.joined(petrel::node_role::reader, rank); };
     auto eventually = [watcher = w0](auto pred) { return view_becomes(*watcher, pred); };
@@ -295,14 +295,14 @@ TEST_CASE("manager_node: readers that went leave the view after departed_grace; 
 TEST_CASE("manager_node: workers that joined the running job and went leave the view after "
           "departed_grace; those the job formed with stay",
           "[cluster][manager][security]") {
-    job j({.job_id = "job-a",
-           .servers = 1,
-           .workers = 2,
-           .max_workers = 4,
-           .drop_failed_workers = true,
-           .ring = {.partitions = 64},
-           .heartbeat_timeout = 2000ms,
-           .departed_grace = 300ms});
+    manager_job j({.job_id = "job-a",
+                   .servers = 1,
+                   .workers = 2,
+                   .max_workers = 4,
+                   .drop_failed_workers = true,
+                   .ring = {.partitions = 64},
+                   .heartbeat_timeout = 2000ms,
+                   .departed_grace = 300ms});
     auto [s, w0, w1] = j.server_and_two_workers();
     auto worker = [&](std::uint32_t rank) { return j.joined(petrel::node_role::worker, rank); };
     auto eventually = [watcher = w0](auto pred) { return view_becomes(*watcher, pred); };
@@ -356,7 +356,7 @@ TEST_CASE("manager_node: workers that joined the running job and went leave the 
 }
 
 TEST_CASE("manager_node: a node of another job is refused", "[cluster][manager]") {
-    job j(1, 1);
+    manager_job j(1, 1);
     auto stale = j.make(petrel::node_role::worker, 1, "job-old");
     auto f = stale->async_join(asio::use_future);
     CHECK(code_of(f) == petrel::errc::job_mismatch);
@@ -368,7 +368,7 @@ TEST_CASE("manager_node: a node of another job is refused", "[cluster][manager]"
 
 TEST_CASE("manager_node: a job id a peer chose reaches the log escaped and cut",
           "[cluster][manager][security]") {
-    job j(1, 1);
+    manager_job j(1, 1);
     const std::string forged =
         "x'\npetrel error: job 'job-a' failed: worker 0 failed\x1b[2J" + std::string(300, 'y');
     auto hostile = j.make(petrel::node_role::worker, 1, forged);
@@ -387,7 +387,7 @@ TEST_CASE("manager_node: a job id a peer chose reaches the log escaped and cut",
 }
 
 TEST_CASE("manager_node: a node beyond the job's size is refused", "[cluster][manager]") {
-    job j(1, 1);
+    manager_job j(1, 1);
     join_all({j.make(petrel::node_role::server, 0), j.make(petrel::node_role::worker, 1)});
     auto extra = j.make(petrel::node_role::worker, 2);
     auto fe = extra->async_join(asio::use_future);
@@ -396,7 +396,7 @@ TEST_CASE("manager_node: a node beyond the job's size is refused", "[cluster][ma
 
 TEST_CASE("manager_node: a job that does not form in time fails every waiting node",
           "[cluster][manager]") {
-    job j(1, 2, 2000ms, 300ms);
+    manager_job j(1, 2, 2000ms, 300ms);
     auto s = j.make(petrel::node_role::server, 0);
     auto w = j.make(petrel::node_role::worker, 1);
     auto finished = j.manager.async_wait_finished(asio::use_future);
@@ -411,7 +411,7 @@ TEST_CASE("manager_node: a job that does not form in time fails every waiting no
 
 TEST_CASE("manager_node: a lost node is declared failed, and waits on it end with an error",
           "[cluster][manager]") {
-    job j(1, 2);
+    manager_job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     std::promise<std::shared_ptr<const petrel::membership_view>> seen;
     auto seen_f = seen.get_future();
@@ -447,7 +447,7 @@ TEST_CASE("manager_node: a lost node is declared failed, and waits on it end wit
 TEST_CASE("manager_node: a silent node is declared failed within the heartbeat timeout",
           "[cluster][manager]") {
     petrel::test::events ev; // outlives the io threads of the job
-    job j(1, 1, 300ms);
+    manager_job j(1, 1, 300ms);
     auto s = j.make(petrel::node_role::server, 0, "job-a", 50ms, 300ms);
     auto fs = s->async_join(asio::use_future);
     // A worker that registers by hand and then never sends a heartbeat: connected but
@@ -475,7 +475,7 @@ TEST_CASE("manager_node: a silent node is declared failed within the heartbeat t
 
 TEST_CASE("manager_node: data messages are refused", "[cluster][manager]") {
     petrel::test::events ev; // outlives the io threads of the job
-    job j(1, 1);
+    manager_job j(1, 1);
     auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
     auto conn = j.connect(t, ev);
     petrel::wire::message m;
@@ -489,7 +489,7 @@ TEST_CASE("manager_node: data messages are refused", "[cluster][manager]") {
 TEST_CASE("manager_node: a node that registers again replaces its earlier registration",
           "[cluster][manager]") {
     petrel::test::events ev; // outlives the io threads of the job
-    job j(1, 1);
+    manager_job j(1, 1);
     // The first registration of worker rank 1 came over a connection that then went
     // quiet (as one that dropped before the manager noticed)...
     auto t = petrel::tcp_transport(j.io.executor(), j.quiet());
@@ -616,7 +616,7 @@ petrel::wire::message heartbeat(std::uint64_t id) {
 TEST_CASE("manager_node: a hand-over without replicas is planned once, and servers that join "
           "meanwhile wait for it",
           "[cluster][manager]") {
-    job j(2, 1, 2000ms, 10000ms, 3);
+    manager_job j(2, 1, 2000ms, 10000ms, 3);
     std::vector<std::shared_ptr<petrel::member>> m{j.make(petrel::node_role::server, 0),
                                                    j.make(petrel::node_role::server, 1),
                                                    j.make(petrel::node_role::worker, 2)};
@@ -758,7 +758,7 @@ TEST_CASE("manager_node: a manager that took a job over releases a node whose ba
     petrel::test::events ev_first;
     petrel::test::events ev_second;
     petrel::test::events ev_late;
-    job j(1, 2);
+    manager_job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     const auto v = *w0->view();
     auto next = j.standby(2000ms, 3);
@@ -836,7 +836,7 @@ TEST_CASE("manager_node: members number their barriers; a worker that joins a ru
           "numbers on from the barriers its groups passed",
           "[cluster][manager]") {
     petrel::test::events ev; // outlives the io threads of the job
-    job j(1, 2, 2000ms, 10000ms, 0, 4);
+    manager_job j(1, 2, 2000ms, 10000ms, 0, 4);
     auto [s, w0, w1] = j.server_and_two_workers();
     for (int round = 0; round < 2; ++round) {
         auto b0 = w0->async_barrier(petrel::group::workers, asio::use_future);
@@ -875,7 +875,7 @@ TEST_CASE("manager_node: nodes that do not come back to a manager that takes ove
           "without a majority it takes nothing over",
           "[cluster][manager][fault]") {
     petrel::test::events ev; // outlives the io threads of the job
-    job j(1, 2);
+    manager_job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     const auto v = *w0->view();
     auto standby = j.standby(200ms);
@@ -1059,7 +1059,7 @@ TEST_CASE("manager_node: a node that comes back while a takeover waits for confi
     petrel::test::events ev_server; // outlive the io threads of the job
     petrel::test::events ev_first;
     petrel::test::events ev_second;
-    job j(1, 2);
+    manager_job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     const auto v = *w0->view();
     auto next = j.standby(500ms);
@@ -1108,11 +1108,11 @@ TEST_CASE("manager_node: two standbys never both take a job over: a node counted
     petrel::test::events ev_a3;
     petrel::test::events ev_b3;
     petrel::test::events ev_b1;
-    job j({.job_id = "job-a",
-           .servers = 1,
-           .workers = 2,
-           .drop_failed_workers = true, // so that a worker failing at B leaves the job on
-           .ring = {.partitions = 64}});
+    manager_job j({.job_id = "job-a",
+                   .servers = 1,
+                   .workers = 2,
+                   .drop_failed_workers = true, // so that a worker failing at B leaves the job on
+                   .ring = {.partitions = 64}});
     auto [s, w0, w1] = j.server_and_two_workers();
     const auto v = *w0->view();
     auto a = j.standby(1000ms);
@@ -1231,7 +1231,7 @@ TEST_CASE("manager_node: declarations travel in the join message, bounded", "[cl
 TEST_CASE("manager_node: a node declaring other tables or functions is refused, naming the "
           "difference; nodes declaring the same are accepted",
           "[cluster][manager]") {
-    job j(1, 1, 2000ms, 10000ms, /*max_servers*/ 4);
+    manager_job j(1, 1, 2000ms, 10000ms, /*max_servers*/ 4);
     const auto mine = declaring(petrel::adagrad{.eta = 0.05});
     auto make = [&](petrel::node_role role, std::uint32_t rank,
                     std::optional<petrel::declarations> d) {
@@ -1282,7 +1282,7 @@ TEST_CASE("manager_node: a node declaring other tables or functions is refused, 
 TEST_CASE("manager_node: a job that does not form after refusing a node for its declarations "
           "says why",
           "[cluster][manager]") {
-    job j(1, 1, 2000ms, 500ms);
+    manager_job j(1, 1, 2000ms, 500ms);
     auto s = j.make(petrel::node_role::server, 0, "job-a", 50ms, 2000ms, declaring(petrel::sum{}));
     auto w =
         j.make(petrel::node_role::worker, 1, "job-a", 50ms, 2000ms, declaring(petrel::sum{}, 32));
@@ -1305,7 +1305,7 @@ TEST_CASE("manager_node: a job that does not form after refusing a node for its 
 TEST_CASE("manager_node: a node that leaves reporting a failure fails the others' barriers, "
           "naming it and why",
           "[cluster][manager]") {
-    job j(1, 2);
+    manager_job j(1, 2);
     auto [s, w0, w1] = j.server_and_two_workers();
     auto finished = j.manager.async_wait_finished(asio::use_future);
     auto waiting = s->async_barrier(petrel::group::all, asio::use_future);

@@ -81,7 +81,7 @@ TEST_CASE("policy: the read requirement of each model", "[consistency][policy]")
 
 namespace {
 
-petrel::config job(std::uint32_t servers, std::uint32_t workers) {
+petrel::config job_config(std::uint32_t servers, std::uint32_t workers) {
     petrel::config cfg;
     cfg.servers = servers;
     cfg.workers = workers;
@@ -162,7 +162,7 @@ TEMPLATE_TEST_CASE("policy: a straggler holds the others back by at most the bou
     straggler_log log;
     log.max_lag.assign(straggler_workers, 0);
     log.final_clock.assign(straggler_workers, 0);
-    const int status = petrel::run(job(2, straggler_workers), [&](petrel::worker_node& w) {
+    const int status = petrel::run(job_config(2, straggler_workers), [&](petrel::worker_node& w) {
         straggler_worker<TestType>(w, log);
     });
     REQUIRE(status == petrel::run_ok);
@@ -192,7 +192,7 @@ namespace {
 // ---------------------------------------------------------------------------------------
 
 constexpr std::size_t features = 300;
-constexpr std::size_t batch = 16;
+constexpr std::size_t sgd_batch = 16;
 constexpr int sgd_iterations = 12;
 constexpr float learning_rate = 0.05f;
 
@@ -202,12 +202,12 @@ struct shard {
     xt::xtensor<float, 1> y;
 };
 
-shard shard_of(std::uint32_t rank) {
+shard sgd_shard_of(std::uint32_t rank) {
     std::mt19937 rng(1000 + rank);
     std::mt19937 truth_rng(7);
     const xt::xtensor<float, 1> truth = xt::random::randn<float>({features}, 0.0f, 1.0f, truth_rng);
     shard s;
-    s.x = xt::random::randn<float>({batch * sgd_iterations, features}, 0.0f, 1.0f, rng);
+    s.x = xt::random::randn<float>({sgd_batch * sgd_iterations, features}, 0.0f, 1.0f, rng);
     s.y = xt::sum(s.x * truth, {1});
     return s;
 }
@@ -215,14 +215,14 @@ shard shard_of(std::uint32_t rank) {
 /// The step -lr * gradient / workers of one mini-batch, at the weights `w`.
 xt::xtensor<float, 1> step(const shard& s, int iteration, const float* w, std::uint32_t workers) {
     xt::xtensor<float, 1> delta = xt::zeros<float>({features});
-    for (std::size_t e = 0; e < batch; ++e) {
-        const std::size_t row = static_cast<std::size_t>(iteration) * batch + e;
+    for (std::size_t e = 0; e < sgd_batch; ++e) {
+        const std::size_t row = static_cast<std::size_t>(iteration) * sgd_batch + e;
         float err = -s.y(row);
         for (std::size_t j = 0; j < features; ++j) {
             err += s.x(row, j) * w[j];
         }
         for (std::size_t j = 0; j < features; ++j) {
-            delta(j) -= learning_rate * err * s.x(row, j) / float(batch * workers);
+            delta(j) -= learning_rate * err * s.x(row, j) / float(sgd_batch * workers);
         }
     }
     return delta;
@@ -232,10 +232,10 @@ xt::xtensor<float, 1> step(const shard& s, int iteration, const float* w, std::u
 std::vector<float> train_sequential(std::uint32_t servers, std::uint32_t workers) {
     std::mutex mutex;
     std::vector<std::vector<float>> finals(workers);
-    const int status = petrel::run(job(servers, workers), [&](petrel::worker_node& w) {
+    const int status = petrel::run(job_config(servers, workers), [&](petrel::worker_node& w) {
         petrel::kv_store<std::uint64_t, float, petrel::sequential> kv(w);
         const auto keys = dense_keys(features);
-        const auto data = shard_of(w.rank());
+        const auto data = sgd_shard_of(w.rank());
         for (int it = 0; it < sgd_iterations; ++it) {
             const auto weights = kv.pull(keys, asio::use_future).get();
             kv.push(keys, step(data, it, weights.value_span().data(), w.workers()),
@@ -259,7 +259,7 @@ std::vector<float> train_sequential(std::uint32_t servers, std::uint32_t workers
 std::vector<float> train_reference(std::uint32_t workers) {
     std::vector<shard> data;
     for (std::uint32_t r = 0; r < workers; ++r) {
-        data.push_back(shard_of(r));
+        data.push_back(sgd_shard_of(r));
     }
     std::vector<float> w(features, 0.0f);
     for (int it = 0; it < sgd_iterations; ++it) {
@@ -294,7 +294,7 @@ TEMPLATE_TEST_CASE("policy: a worker that leaves early drops out of the clock",
                    petrel::bounded_delay<1>) {
     std::atomic<int> finished{0};
     std::atomic<std::size_t> bad{0};
-    const int status = petrel::run(job(2, 3), [&](petrel::worker_node& w) {
+    const int status = petrel::run(job_config(2, 3), [&](petrel::worker_node& w) {
         petrel::kv_store<std::uint64_t, float, TestType> kv(w);
         const auto keys = dense_keys(64);
         const xt::xtensor<float, 1> ones = xt::ones<float>({keys.size()});
@@ -411,7 +411,7 @@ TEST_CASE("policy: a waiting pull is cancelled through its cancellation slot",
 
 TEST_CASE("policy: a job whose server's parked reads fill up ends with a report, no hang",
           "[consistency][policy][deadline]") {
-    auto cfg = job(1, 2);
+    auto cfg = job_config(1, 2);
     constexpr auto deadline = 2000ms;
     cfg.request_timeout = deadline;
     std::atomic<bool> filled{false};

@@ -36,18 +36,18 @@ namespace {
 constexpr auto hang_guard = 30s;
 
 /// An io_context run by `n` threads until the object goes out of scope.
-class io_threads {
+class draining_io {
 public:
-    explicit io_threads(std::size_t n = 1) : work_(asio::make_work_guard(io_)) {
+    explicit draining_io(std::size_t n = 1) : work_(asio::make_work_guard(io_)) {
         for (std::size_t i = 0; i < n; ++i) {
             threads_.emplace_back([this] { io_.run(); });
         }
     }
 
-    io_threads(const io_threads&) = delete;
-    io_threads& operator=(const io_threads&) = delete;
+    draining_io(const draining_io&) = delete;
+    draining_io& operator=(const draining_io&) = delete;
 
-    ~io_threads() {
+    ~draining_io() {
         work_.reset();
         for (auto& t : threads_) {
             t.join();
@@ -152,7 +152,7 @@ TEST_CASE("make_task, complete and wait with use_future", "[consistency][task]")
 }
 
 TEST_CASE("a callback runs on the executor it is bound to", "[consistency][task]") {
-    io_threads io;
+    draining_io io;
     auto [t, c] = petrel::make_task<int>();
     std::promise<std::pair<bool, int>> p;
     auto f = p.get_future();
@@ -167,7 +167,7 @@ TEST_CASE("a callback runs on the executor it is bound to", "[consistency][task]
 }
 
 TEST_CASE("waiters without an executor run on the task's executor", "[consistency][task]") {
-    io_threads io;
+    draining_io io;
     auto ex = io.executor();
     auto [t, c] = petrel::make_task<int>(ex);
     std::promise<bool> before_p;
@@ -302,7 +302,7 @@ TEST_CASE("a task whose completers are all gone completes with shut_down", "[con
 }
 
 TEST_CASE("use_task with a steady_timer", "[consistency][task]") {
-    io_threads io;
+    draining_io io;
     asio::steady_timer timer(io.io(), 1ms);
     petrel::task<> t = timer.async_wait(petrel::use_task);
     CHECK(t.valid());
@@ -316,7 +316,7 @@ TEST_CASE("use_task with a steady_timer", "[consistency][task]") {
 }
 
 TEST_CASE("use_task with a custom async operation", "[consistency][task]") {
-    io_threads io;
+    draining_io io;
     petrel::task<int> t = async_answer(io.executor(), 5, petrel::use_task);
     auto f = t.async_wait(asio::use_future);
     CHECK(get(f) == 5);
@@ -407,7 +407,7 @@ TEST_CASE("after does not call f when a dependency failed", "[consistency][task]
 
 TEST_CASE("after calls f once, after its dependencies completed on another thread",
           "[consistency][task]") {
-    io_threads io;
+    draining_io io;
     auto [a, ac] = petrel::make_task();
     auto [b, bc] = petrel::make_task<int>();
     std::atomic<int> calls{0};
@@ -431,7 +431,7 @@ TEST_CASE("after calls f once, after its dependencies completed on another threa
 }
 
 TEST_CASE("after with f returning a task<int>", "[consistency][task]") {
-    io_threads io;
+    draining_io io;
     auto [dep, dc] = petrel::make_task<std::vector<int>>();
     petrel::task<int> r =
         petrel::after(dep, [&] { return async_answer(io.executor(), 9, petrel::use_task); });
@@ -556,7 +556,7 @@ TEST_CASE("cancel a co_await of a task with a cancellation signal", "[consistenc
 
 TEST_CASE("many tasks completed and waited for on many threads", "[consistency][task]") {
     constexpr int tasks = 1000;
-    io_threads io(4);
+    draining_io io(4);
     auto ex = io.executor();
 
     std::vector<petrel::task<int>> ts;

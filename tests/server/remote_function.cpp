@@ -1,5 +1,7 @@
 #include <petrel/server/remote_function.hpp>
 
+#include "support/bytes.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -26,17 +28,14 @@ using petrel::table_rows;
 using petrel::detail::sparse_table;
 namespace wire = petrel::wire;
 
-namespace {
+using petrel::test::bytes_of;
 
-template <typename T>
-petrel::shared_bytes bytes_of(const std::vector<T>& v) {
-    return petrel::shared_bytes::copy_of(std::as_bytes(std::span(v)));
-}
+namespace {
 
 /// A push of `keys` (sorted, unique) with `width` values each.
 template <typename Key, typename Value>
-wire::message push_of(const std::vector<Key>& keys, const std::vector<Value>& values,
-                      std::uint32_t width) {
+wire::message rows_push(const std::vector<Key>& keys, const std::vector<Value>& values,
+                        std::uint32_t width) {
     wire::message m;
     m.header.kind = wire::message_kind::push;
     m.header.key_type = wire::scalar_type_of<Key>;
@@ -68,20 +67,21 @@ void fill(sparse_table<Key, Value>& t, std::size_t n, std::uint32_t width) {
             values.push_back(value_at<Value>(k, j));
         }
     }
-    t.add(push_of(keys, values, width));
+    t.add(rows_push(keys, values, width));
 }
 
-struct outcome {
+struct call_outcome {
     std::error_code ec;
     std::vector<std::byte> result;
     std::string message;
 };
 
 template <typename Args>
-outcome invoke(const function_registry& functions, std::string_view name, const Args& args,
-               petrel::detail::table_base* table, wire::scalar_type key_type,
-               wire::scalar_type value_type, std::uint32_t width, key_range<std::uint64_t> range) {
-    outcome o;
+call_outcome invoke(const function_registry& functions, std::string_view name, const Args& args,
+                    petrel::detail::table_base* table, wire::scalar_type key_type,
+                    wire::scalar_type value_type, std::uint32_t width,
+                    key_range<std::uint64_t> range) {
+    call_outcome o;
     const auto body = petrel::detail::encode_call(name, args);
     o.ec = functions.invoke(body, table, key_type, value_type, width, range, o.result, o.message);
     return o;
@@ -89,15 +89,15 @@ outcome invoke(const function_registry& functions, std::string_view name, const 
 
 /// Invokes `name` on table `t`, with the request's types and width those of `t`.
 template <typename Key, typename Value, typename Args>
-outcome invoke_on(const function_registry& functions, sparse_table<Key, Value>& t,
-                  std::uint32_t width, key_range<std::uint64_t> range, std::string_view name,
-                  const Args& args) {
+call_outcome invoke_on(const function_registry& functions, sparse_table<Key, Value>& t,
+                       std::uint32_t width, key_range<std::uint64_t> range, std::string_view name,
+                       const Args& args) {
     return invoke(functions, name, args, &t, wire::scalar_type_of<Key>, wire::scalar_type_of<Value>,
                   width, range);
 }
 
 template <typename Result>
-Result result_of(const outcome& o) {
+Result result_of(const call_outcome& o) {
     REQUIRE_FALSE(o.ec);
     Result r{};
     REQUIRE_FALSE(petrel::detail::decode_result(std::span<const std::byte>(o.result), r));
@@ -114,7 +114,7 @@ auto sum_of_squares = [](const auto& rows, const no_args&) -> double {
     return s;
 };
 
-struct shrink_args {
+struct threshold_args {
     double lambda = 0;
     template <class Archive>
     void serialize(Archive& ar) {
@@ -123,7 +123,7 @@ struct shrink_args {
 };
 
 /// Soft threshold of every stored value in range; returns how many became zero.
-auto shrink = [](auto& rows, const shrink_args& a) -> std::uint64_t {
+auto soft_threshold = [](auto& rows, const threshold_args& a) -> std::uint64_t {
     std::uint64_t zeroed = 0;
     rows.for_each([&](auto, auto row) {
         for (auto& v : row) {
@@ -213,14 +213,14 @@ TEST_CASE("remote_function: a sum of squares by name counts only the keys in ran
 TEST_CASE("remote_function: a proximal step modifies the rows in range only",
           "[server][remote_function]") {
     function_registry functions;
-    functions.add<shrink_args, std::uint64_t>("shrink", shrink);
+    functions.add<threshold_args, std::uint64_t>("shrink", soft_threshold);
 
     constexpr std::uint32_t width = 2;
     sparse_table<std::uint64_t, double> t(width);
     fill(t, 20, width);
 
     // Values in [5, 15): |v| = (k + 0.5) / (j + 1); a threshold of 6 zeroes those below it.
-    const shrink_args args{6.0};
+    const threshold_args args{6.0};
     std::uint64_t expected_zeroed = 0;
     for (std::size_t k = 5; k < 15; ++k) {
         for (std::uint32_t j = 0; j < width; ++j) {
@@ -279,10 +279,10 @@ TEST_CASE("remote_function: for_each visits the stored keys in increasing order"
           "[server][remote_function]") {
     sparse_table<std::uint64_t, float> t(1);
     // Pushed out of order, so that storage order is not key order.
-    t.add(push_of<std::uint64_t, float>({500, 900}, {1, 2}, 1));
-    t.add(push_of<std::uint64_t, float>({3, 70, 1000}, {3, 4, 5}, 1));
-    t.add(push_of<std::uint64_t, float>({40, 600}, {6, 7}, 1));
-    t.add(push_of<std::uint64_t, float>({2}, {8}, 1));
+    t.add(rows_push<std::uint64_t, float>({500, 900}, {1, 2}, 1));
+    t.add(rows_push<std::uint64_t, float>({3, 70, 1000}, {3, 4, 5}, 1));
+    t.add(rows_push<std::uint64_t, float>({40, 600}, {6, 7}, 1));
+    t.add(rows_push<std::uint64_t, float>({2}, {8}, 1));
 
     function_registry functions;
     functions.add<no_args, std::vector<std::uint64_t>>("keys", keys_seen);
@@ -543,7 +543,7 @@ TEST_CASE("remote_function: a table of 32-bit keys sees the range clamped to its
     constexpr std::uint32_t width = 2;
     sparse_table<std::uint32_t, double> t(width);
     constexpr std::uint32_t top = std::numeric_limits<std::uint32_t>::max() - 1;
-    t.add(push_of<std::uint32_t, double>({1, 7, top}, {1, 2, 3, 4, 5, 6}, width));
+    t.add(rows_push<std::uint32_t, double>({1, 7, top}, {1, 2, 3, 4, 5, 6}, width));
 
     function_registry functions;
     functions.add<no_args, double>("sum_of_squares", sum_of_squares);

@@ -13,7 +13,7 @@ using petrel::replication_plan;
 
 /// Servers 1, 2 and 3, each the primary of one of three partitions (key % 3), each chain
 /// holding the two servers after its primary; server 4 joins and takes partition 2 over.
-replication_plan three_servers() {
+replication_plan three_server_plan() {
     replication_plan p;
     p.version = 5;
     auto peer = [](std::uint32_t id) {
@@ -32,7 +32,7 @@ replication_plan three_servers() {
 } // namespace
 
 TEST_CASE("replication_plan: chains and learners name their servers", "[server]") {
-    const auto p = three_servers();
+    const auto p = three_server_plan();
     REQUIRE(petrel::peer_of(p, 2) != nullptr);
     CHECK(petrel::peer_of(p, 2)->address == "127.0.0.1:9002");
     REQUIRE(petrel::peer_of(p, 4) != nullptr); // a learner
@@ -46,7 +46,7 @@ TEST_CASE("replication_plan: chains and learners name their servers", "[server]"
 }
 
 TEST_CASE("replication_plan: the next hop of a chain, up to a table's replicas", "[server]") {
-    const auto p = three_servers();
+    const auto p = three_server_plan();
     std::error_code ec;
     // Primary 1's chain is 1, 2, 3.
     REQUIRE(petrel::next_hop(p, 1, 1, 7, ec) != nullptr);
@@ -78,7 +78,7 @@ TEST_CASE("replication_plan: the next hop of a chain, up to a table's replicas",
 
 TEST_CASE("replication_plan: partitions gained, given up and moving to joining servers",
           "[server]") {
-    const auto before = three_servers();
+    const auto before = three_server_plan();
     CHECK(petrel::primary_of_partition(before, 3, 2));
     CHECK_FALSE(petrel::primary_of_partition(before, 3, 1));
     CHECK_FALSE(petrel::primary_of_partition(before, 3, 3)); // beyond the partitions

@@ -1,6 +1,7 @@
 // Test support: byte buffers, bounded waits, and a recorder of connection events.
 #pragma once
 
+#include "support/bytes.hpp"
 #include "support/cluster.hpp"
 
 #include <petrel/core/buffer_pool.hpp>
@@ -22,12 +23,6 @@ namespace petrel::test {
 
 /// How long a test waits for anything before it fails.
 inline constexpr auto timeout = std::chrono::seconds(10);
-
-/// A new buffer holding a copy of `v`.
-template <typename T>
-petrel::shared_bytes bytes_of(const std::vector<T>& v) {
-    return petrel::shared_bytes::copy_of(std::as_bytes(std::span(v)));
-}
 
 /// True when `f` became ready within `timeout`.
 template <typename T>

@@ -37,4 +37,16 @@ inline wire::message rows_request(wire::message_kind kind, const std::vector<std
     return m;
 }
 
+/// The keys of `m` (u64).
+inline std::vector<std::uint64_t> message_keys(const wire::message& m) {
+    const auto k = m.keys().as<std::uint64_t>();
+    return {k.begin(), k.end()};
+}
+
+/// The values of `m` (floats).
+inline std::vector<float> message_values(const wire::message& m) {
+    const auto v = m.values().as<float>();
+    return {v.begin(), v.end()};
+}
+
 } // namespace petrel::test

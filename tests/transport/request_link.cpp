@@ -70,7 +70,7 @@ struct outcome {
 };
 
 /// Sends one request on `link` and waits (at most 20 s) for its end.
-outcome ask(petrel::detail::request_link& link) {
+outcome ask_link(petrel::detail::request_link& link) {
     auto done = std::make_shared<std::promise<std::error_code>>();
     auto f = done->get_future();
     const auto start = steady::now();
@@ -94,7 +94,7 @@ TEST_CASE("request_link: an address that keeps refusing fails its requests with 
     // Several requests wait together; all end with the first verdict.
     auto second = std::make_shared<std::promise<std::error_code>>();
     link->request(ping(), [second](std::error_code ec, wire::message&&) { second->set_value(ec); });
-    const auto first = ask(*link);
+    const auto first = ask_link(*link);
     INFO(log.all());
     CHECK(first.error == errc::node_failed);
     CHECK(first.took >= 1s); // connecting was tried for a while (2 s)...
@@ -109,7 +109,7 @@ TEST_CASE("request_link: an address that keeps refusing fails its requests with 
     CHECK(count_of(text, "its requests fail with node_failed") == 1);
 
     // A later request tries once more, and fails at once when the address still refuses.
-    const auto later = ask(*link);
+    const auto later = ask_link(*link);
     CHECK(later.error == errc::node_failed);
     CHECK(later.took < 1500ms);
     CHECK(count_of(log.all(), "its requests fail with node_failed") == 1); // said once
@@ -130,7 +130,7 @@ TEST_CASE("request_link: a peer that starts listening within the window is reach
         std::this_thread::sleep_for(500ms);
         server.listen(address, answering());
     });
-    const auto got = ask(*link);
+    const auto got = ask_link(*link);
     late.join();
     INFO(log.all());
     CHECK_FALSE(got.error);
@@ -138,7 +138,7 @@ TEST_CASE("request_link: a peer that starts listening within the window is reach
     CHECK(got.took < 10s);    // ...but not for a deadline
     CHECK_FALSE(link->unreachable());
     CHECK(log.all().find("its requests fail with node_failed") == std::string::npos);
-    CHECK_FALSE(ask(*link).error); // and the link works on
+    CHECK_FALSE(ask_link(*link).error); // and the link works on
     link->close();
     server.close();
 }
@@ -151,13 +151,13 @@ TEST_CASE("request_link: a link that treated its peer as failed works again once
     auto link = std::make_shared<petrel::detail::request_link>(
         petrel::tcp_transport(io.executor(), {.log = log.logger()}), address, 30s,
         petrel::detail::request_link_options{.unreachable_after = 300ms});
-    const auto first = ask(*link);
+    const auto first = ask_link(*link);
     CHECK(first.error == errc::node_failed);
     CHECK(first.took < 10s);
     REQUIRE(link->unreachable());
     petrel::tcp_transport server(io.executor(), {.log = log.logger()});
     server.listen(address, answering());
-    const auto again = ask(*link);
+    const auto again = ask_link(*link);
     INFO(log.all());
     CHECK_FALSE(again.error);
     CHECK_FALSE(link->unreachable());
@@ -190,7 +190,7 @@ TEST_CASE("request_link: a peer that accepts no connection is treated as failed 
     auto link = std::make_shared<petrel::detail::request_link>(
         petrel::tcp_transport(io.executor(), {.log = log.logger()}), address, 30s,
         petrel::detail::request_link_options{.unreachable_after = 500ms});
-    const auto got = ask(*link);
+    const auto got = ask_link(*link);
     INFO(log.all());
     CHECK(got.error == errc::node_failed);
     CHECK(got.took < 5s); // the transport's own connect timeout is 10 s
@@ -252,7 +252,7 @@ TEST_CASE("request_link: with a secret, a port whose listener closes connections
         auto link = std::make_shared<petrel::detail::request_link>(
             petrel::tcp_transport(io.executor(), opts), other.address(), 30s,
             petrel::detail::request_link_options{.unreachable_after = 500ms});
-        const auto got = ask(*link);
+        const auto got = ask_link(*link);
         INFO(log.all());
         CHECK(got.error == errc::node_failed);
         CHECK(got.took < 10s);
@@ -264,7 +264,7 @@ TEST_CASE("request_link: with a secret, a port whose listener closes connections
     SECTION("by default: the closed connection's error at once") {
         auto link = std::make_shared<petrel::detail::request_link>(
             petrel::tcp_transport(io.executor(), opts), other.address(), 30s);
-        const auto got = ask(*link);
+        const auto got = ask_link(*link);
         CHECK(got.error == errc::connection_closed);
         CHECK(got.took < 1500ms);
         link->close();
@@ -280,7 +280,7 @@ TEST_CASE("request_link: by default a refused connection fails the waiting reque
     log_capture log;
     auto link = std::make_shared<petrel::detail::request_link>(
         petrel::tcp_transport(io.executor(), {.log = log.logger()}), refusing_address(), 30s);
-    const auto got = ask(*link);
+    const auto got = ask_link(*link);
     CHECK(got.error == asio::error::connection_refused);
     CHECK(got.took < 1500ms);
     CHECK_FALSE(link->unreachable());
@@ -364,7 +364,7 @@ TEST_CASE("request_link: an observer sees each reply before its callback, and no
         CHECK(id != 0);
         CHECK(seen == static_cast<std::size_t>(i + 1)); // this reply, seen before the callback
     }
-    CHECK_FALSE(ask(*link).error); // a request without an observer: not shown to it
+    CHECK_FALSE(ask_link(*link).error); // a request without an observer: not shown to it
     CHECK(w->copy().size() == 3);
     link->close();
     server.close();
@@ -420,15 +420,15 @@ TEST_CASE("request_link: under TLS, a peer that shows another certificate name t
             petrel::detail::request_link_options{.peer_name = name});
     };
     auto wrong = expecting("rank-0");
-    CHECK(ask(*wrong).error == errc::not_permitted);
+    CHECK(ask_link(*wrong).error == errc::not_permitted);
     CHECK(received == 0);
     CHECK_THAT(log.all(), Catch::Contains("shows the certificate of 'rank-1', not of 'rank-0': "
                                           "nothing was sent to it"));
     auto right = expecting("rank-1");
-    CHECK_FALSE(ask(*right).error);
+    CHECK_FALSE(ask_link(*right).error);
     CHECK(received == 1);
     auto any = expecting("");
-    CHECK_FALSE(ask(*any).error);
+    CHECK_FALSE(ask_link(*any).error);
     wrong->close();
     right->close();
     any->close();

@@ -16,7 +16,7 @@ using namespace petrel::wire;
 
 namespace {
 
-shared_bytes keys_of(std::vector<std::uint64_t> keys) {
+shared_bytes shared_keys(std::vector<std::uint64_t> keys) {
     return shared_bytes::copy_of(std::as_bytes(std::span(keys)));
 }
 
@@ -27,7 +27,7 @@ std::vector<std::uint64_t> iota_keys(std::size_t n, std::uint64_t first = 0) {
 }
 
 /// A push of `keys` with one float each, sent with key caching as `d` says.
-message push_of(const std::vector<std::uint64_t>& keys, key_cache_sender::decision d) {
+message cached_push(const std::vector<std::uint64_t>& keys, key_cache_sender::decision d) {
     return petrel::test::cached_push(keys, d);
 }
 
@@ -50,15 +50,15 @@ std::vector<std::uint64_t> keys_in(const message& m) {
 TEST_CASE("key_cache: the sender refers to a list it sent, compared byte for byte",
           "[wire][efficiency]") {
     key_cache_sender s(1 << 20);
-    const auto a = keys_of(iota_keys(100));
+    const auto a = shared_keys(iota_keys(100));
     const auto first = s.lookup(a, scalar_type::u64);
     CHECK_FALSE(first.known);
     CHECK(first.id == 1);
-    const auto again = s.lookup(keys_of(iota_keys(100)), scalar_type::u64); // another copy
+    const auto again = s.lookup(shared_keys(iota_keys(100)), scalar_type::u64); // another copy
     CHECK(again.known);
     CHECK(again.id == first.id);
     CHECK(again.digest == first.digest);
-    CHECK_FALSE(s.lookup(keys_of(iota_keys(100, 1)), scalar_type::u64).known);
+    CHECK_FALSE(s.lookup(shared_keys(iota_keys(100, 1)), scalar_type::u64).known);
     CHECK_FALSE(s.lookup(a, scalar_type::u32).known); // same bytes, other key type
     CHECK(s.size() == 3);
 }
@@ -66,9 +66,9 @@ TEST_CASE("key_cache: the sender refers to a list it sent, compared byte for byt
 TEST_CASE("key_cache: the sender forgets the least recently used lists beyond its bytes",
           "[wire][efficiency]") {
     key_cache_sender s(2 * 800);
-    const auto a = keys_of(iota_keys(100, 0));
-    const auto b = keys_of(iota_keys(100, 1000));
-    const auto c = keys_of(iota_keys(100, 2000));
+    const auto a = shared_keys(iota_keys(100, 0));
+    const auto b = shared_keys(iota_keys(100, 1000));
+    const auto c = shared_keys(iota_keys(100, 2000));
     REQUIRE_FALSE(s.lookup(a, scalar_type::u64).known);
     REQUIRE_FALSE(s.lookup(b, scalar_type::u64).known);
     REQUIRE(s.lookup(a, scalar_type::u64).known);       // a is now the most recent
@@ -76,7 +76,7 @@ TEST_CASE("key_cache: the sender forgets the least recently used lists beyond it
     CHECK(s.bytes() <= 1600);
     CHECK(s.lookup(a, scalar_type::u64).known);
     CHECK_FALSE(s.lookup(b, scalar_type::u64).known);
-    const auto huge = keys_of(iota_keys(1000));
+    const auto huge = shared_keys(iota_keys(1000));
     const auto d = s.lookup(huge, scalar_type::u64);
     CHECK_FALSE(d.known);
     CHECK_FALSE(s.lookup(huge, scalar_type::u64).known); // never kept: larger than the cache
@@ -85,7 +85,7 @@ TEST_CASE("key_cache: the sender forgets the least recently used lists beyond it
 TEST_CASE("key_cache: the receiver resolves only an exact match", "[wire][efficiency]") {
     buffer_pool pool;
     key_cache_receiver r(1 << 20);
-    const auto keys = keys_of(iota_keys(50));
+    const auto keys = shared_keys(iota_keys(50));
     const auto digest = key_list_digest(keys.span());
     r.store(7, digest, scalar_type::u64, keys.span(), pool);
     REQUIRE(r.find(7, digest, scalar_type::u64, keys.size()));
@@ -96,7 +96,7 @@ TEST_CASE("key_cache: the receiver resolves only an exact match", "[wire][effici
     CHECK_FALSE(r.find(7, digest, scalar_type::u32, keys.size()));
     CHECK_FALSE(r.find(7, digest, scalar_type::u64, keys.size() - 8));
     SECTION("a list stored again under its number replaces the old one") {
-        const auto other = keys_of(iota_keys(50, 100));
+        const auto other = shared_keys(iota_keys(50, 100));
         r.store(7, key_list_digest(other.span()), scalar_type::u64, other.span(), pool);
         CHECK_FALSE(r.find(7, digest, scalar_type::u64, keys.size()));
         CHECK(r.size() == 1);
@@ -105,7 +105,7 @@ TEST_CASE("key_cache: the receiver resolves only an exact match", "[wire][effici
     SECTION("many tiny lists count their bookkeeping against the limit") {
         key_cache_receiver tiny(10 * (8 + key_cache_receiver::entry_overhead));
         for (std::uint64_t id = 1; id <= 1000; ++id) {
-            const auto one = keys_of({id});
+            const auto one = shared_keys({id});
             tiny.store(id, key_list_digest(one.span()), scalar_type::u64, one.span(), pool);
         }
         CHECK(tiny.size() == 10);
@@ -113,8 +113,8 @@ TEST_CASE("key_cache: the receiver resolves only an exact match", "[wire][effici
     }
     SECTION("least recently used lists go first") {
         key_cache_receiver small(1000);
-        const auto a = keys_of(iota_keys(70, 0));
-        const auto b = keys_of(iota_keys(70, 100));
+        const auto a = shared_keys(iota_keys(70, 0));
+        const auto b = shared_keys(iota_keys(70, 100));
         small.store(1, key_list_digest(a.span()), scalar_type::u64, a.span(), pool);
         small.store(2, key_list_digest(b.span()), scalar_type::u64, b.span(), pool);
         CHECK(small.size() == 1);
@@ -129,9 +129,9 @@ TEST_CASE("key_cache: receivers that share a budget keep their lists within it t
     // Each list: 70 keys, 560 bytes + 128 of bookkeeping = 688. The budget holds two.
     const std::uint64_t cost = 70 * 8 + key_cache_receiver::entry_overhead;
     auto budget = std::make_shared<petrel::detail::byte_budget>(2 * cost + 100);
-    const auto a = keys_of(iota_keys(70, 0));
-    const auto b = keys_of(iota_keys(70, 100));
-    const auto c = keys_of(iota_keys(70, 200));
+    const auto a = shared_keys(iota_keys(70, 0));
+    const auto b = shared_keys(iota_keys(70, 100));
+    const auto c = shared_keys(iota_keys(70, 200));
     auto store = [&](key_cache_receiver& r, std::uint64_t id, const shared_bytes& k) {
         r.store(id, key_list_digest(k.span()), scalar_type::u64, k.span(), pool);
     };
@@ -172,11 +172,11 @@ TEST_CASE("key_cache: over a connection, a repeated list travels as a reference"
     connection_end receiver;
     const auto keys = iota_keys(64, 10);
     std::vector<message> got;
-    const auto first = sender.lookup(keys_of(keys), scalar_type::u64);
-    REQUIRE_FALSE(receiver.feed(push_of(keys, first), got));
-    const auto second = sender.lookup(keys_of(keys), scalar_type::u64);
+    const auto first = sender.lookup(shared_keys(keys), scalar_type::u64);
+    REQUIRE_FALSE(receiver.feed(cached_push(keys, first), got));
+    const auto second = sender.lookup(shared_keys(keys), scalar_type::u64);
     REQUIRE(second.known);
-    const auto ref = push_of(keys, second);
+    const auto ref = cached_push(keys, second);
     CHECK(ref.keys().empty());
     REQUIRE_FALSE(receiver.feed(ref, got));
     REQUIRE(got.size() == 2);
@@ -192,8 +192,8 @@ TEST_CASE("key_cache: a reference the receiver does not hold is delivered unreso
     connection_end receiver;
     const auto keys = iota_keys(64);
     std::vector<message> got;
-    REQUIRE_FALSE(
-        receiver.feed(push_of(keys, {5, key_list_digest(keys_of(keys).span()), true}), got));
+    REQUIRE_FALSE(receiver.feed(
+        cached_push(keys, {5, key_list_digest(shared_keys(keys).span()), true}), got));
     REQUIRE(got.size() == 1);
     CHECK((got[0].header.encoding & encoding_keys_cached) != 0);
     CHECK(got[0].keys().empty());
@@ -201,34 +201,35 @@ TEST_CASE("key_cache: a reference the receiver does not hold is delivered unreso
 
 TEST_CASE("key_cache: bad references and stores are refused", "[wire][efficiency]") {
     const auto keys = iota_keys(64);
-    const auto digest = key_list_digest(keys_of(keys).span());
+    const auto digest = key_list_digest(shared_keys(keys).span());
     std::vector<message> got;
     SECTION("stored keys that do not match their digest") {
         connection_end receiver;
-        CHECK(receiver.feed(push_of(keys, {1, digest + 1, false}), got) == errc::malformed_payload);
+        CHECK(receiver.feed(cached_push(keys, {1, digest + 1, false}), got) ==
+              errc::malformed_payload);
     }
     SECTION("unsorted stored keys are checked like any keys") {
         connection_end receiver;
         auto bad = keys;
         std::swap(bad[3], bad[4]);
-        auto m = push_of(keys, {1, digest, false});
-        m.set_segment(keys_segment, keys_of(bad));
+        auto m = cached_push(keys, {1, digest, false});
+        m.set_segment(keys_segment, shared_keys(bad));
         m.header.key_list_digest = key_list_digest(m.keys().span());
         CHECK(receiver.feed(m, got) == errc::keys_not_sorted);
     }
     SECTION("both reference and store, number 0, or a reference with keys") {
-        auto both = push_of(keys, {1, digest, false});
+        auto both = cached_push(keys, {1, digest, false});
         both.header.encoding |= encoding_keys_cached;
         CHECK(check_header(both.header, framed_payload_bytes(both.header)) ==
               errc::malformed_header);
-        auto zero = push_of(keys, {0, digest, false});
+        auto zero = cached_push(keys, {0, digest, false});
         CHECK(check_header(zero.header, framed_payload_bytes(zero.header)) ==
               errc::malformed_header);
-        auto with_keys = push_of(keys, {1, digest, true});
-        with_keys.set_segment(keys_segment, keys_of(keys));
+        auto with_keys = cached_push(keys, {1, digest, true});
+        with_keys.set_segment(keys_segment, shared_keys(keys));
         CHECK(check_header(with_keys.header, framed_payload_bytes(with_keys.header)) ==
               errc::segment_size_mismatch);
-        auto reply = push_of(keys, {1, digest, true});
+        auto reply = cached_push(keys, {1, digest, true});
         reply.header.kind = message_kind::push_reply;
         CHECK(check_header(reply.header, framed_payload_bytes(reply.header)) ==
               errc::malformed_header);

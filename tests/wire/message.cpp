@@ -1,5 +1,7 @@
 #include <petrel/wire/message.hpp>
 
+#include "support/bytes.hpp"
+
 #include <petrel/core/error.hpp>
 #include <petrel/wire/frame.hpp>
 
@@ -12,12 +14,9 @@
 using namespace petrel;
 using namespace petrel::wire;
 
-namespace {
+using petrel::test::bytes_of;
 
-template <typename T>
-shared_bytes bytes_of(const std::vector<T>& v) {
-    return shared_bytes::copy_of(std::as_bytes(std::span(v)));
-}
+namespace {
 
 message_header request_header() {
     message_header h;

@@ -23,7 +23,7 @@ namespace {
 
 /// Three servers (ids 1..3, slots 0..2) on a balanced ring with small stripes, and no
 /// links: the router reads only the view and the slots.
-route_table three_servers(petrel::node_state second = petrel::node_state::alive) {
+route_table three_server_routes(petrel::node_state second = petrel::node_state::alive) {
     petrel::membership_view v;
     v.version = 4;
     std::vector<petrel::node_id> ids;
@@ -95,7 +95,7 @@ std::vector<Key> narrow(const std::vector<std::uint64_t>& keys) {
 
 TEST_CASE("router: a key list is cut by the server of each key, in runs of positions",
           "[client][router]") {
-    const auto t = three_servers();
+    const auto t = three_server_routes();
     std::mt19937_64 rng(7);
     for (int round = 0; round < 50; ++round) {
         std::set<std::uint64_t> picked;
@@ -127,7 +127,7 @@ TEST_CASE("router: a key list is cut by the server of each key, in runs of posit
 
 TEST_CASE("router: a range and key runs are cut a stripe at a time, the same as their keys",
           "[client][router]") {
-    const auto t = three_servers();
+    const auto t = three_server_routes();
     SECTION("a range across many stripes") {
         std::vector<std::uint64_t> keys;
         for (std::uint64_t k = 13; k < 413; ++k) {
@@ -170,7 +170,7 @@ TEST_CASE("router: a range and key runs are cut a stripe at a time, the same as 
 
 TEST_CASE("router: keys in one stripe, or under one server, have a sole slot found in one look",
           "[client][router]") {
-    const auto t = three_servers(); // stripes of 8 keys
+    const auto t = three_server_routes(); // stripes of 8 keys
     using petrel::detail::sole_slot;
     auto list = [](const std::vector<std::uint64_t>& keys) {
         return key_source::list(std::as_bytes(std::span(keys)), petrel::wire::scalar_type::u64);
@@ -225,7 +225,7 @@ TEST_CASE("router: keys in one stripe, or under one server, have a sole slot fou
 
 TEST_CASE("router: the servers of a range, every one for a range that reaches them all",
           "[client][router]") {
-    const auto t = three_servers();
+    const auto t = three_server_routes();
     // One stripe: one server.
     const auto one = petrel::detail::owners_of(t, 16, 24);
     REQUIRE(one.size() == 1);
@@ -246,7 +246,7 @@ TEST_CASE("router: the servers of a range, every one for a range that reaches th
 
 TEST_CASE("router: the one live server of a request's keys", "[client][router]") {
     // Keys of one stripe lie on one server; keys of two servers have no single one.
-    const auto t = three_servers();
+    const auto t = three_server_routes();
     std::uint64_t a = 0;
     std::uint64_t b = 0;
     for (std::uint64_t k = 0; k < 1000; k += 8) {
@@ -266,7 +266,7 @@ TEST_CASE("router: the one live server of a request's keys", "[client][router]")
     CHECK_FALSE(petrel::detail::single_owner(t, key_source::list({}, u64)));
 
     // The same keys when their server has failed: none.
-    const auto failed = three_servers(petrel::node_state::failed);
+    const auto failed = three_server_routes(petrel::node_state::failed);
     for (std::uint64_t k = 0; k < 1000; ++k) {
         if (slot_of(failed, k) == 1) {
             const std::vector<std::uint64_t> one{k};
@@ -280,7 +280,7 @@ TEST_CASE("router: the one live server of a request's keys", "[client][router]")
 }
 
 TEST_CASE("router: a request's keys are read as the wire carries them", "[client][router]") {
-    const auto t = three_servers();
+    const auto t = three_server_routes();
     petrel::wire::message m;
     m.header.key_type = petrel::wire::scalar_type::u32;
     const std::vector<std::uint32_t> pairs{0, 64};

@@ -29,7 +29,7 @@ namespace wire = petrel::wire;
 namespace {
 
 /// A push of `n` u64 keys (one float each) from key `first`.
-wire::message push_of(std::size_t n, std::uint64_t first = 0) {
+wire::message pipeline_push(std::size_t n, std::uint64_t first = 0) {
     std::vector<std::uint64_t> keys(n);
     std::iota(keys.begin(), keys.end(), first);
     return petrel::test::push_request(keys, std::vector<float>(n, 1.5F));
@@ -71,7 +71,7 @@ TEST_CASE("send_pipeline: a key list sent again goes as a reference the server r
     io_threads io(2);
     recording_server server(io);
     client c(io, server.address(), true);
-    const auto m = push_of(100);
+    const auto m = pipeline_push(100);
     CHECK_FALSE(c.send(m));
     CHECK_FALSE(c.send(m));
     const auto got = server.requests();
@@ -96,7 +96,7 @@ TEST_CASE("send_pipeline: a reference the server does not hold is sent once more
     io_threads io(2);
     recording_server server(io, false, 0); // keeps no key list
     client c(io, server.address(), true);
-    const auto m = push_of(100);
+    const auto m = pipeline_push(100);
     CHECK_FALSE(c.send(m));
     CHECK_FALSE(c.send(m)); // a miss, then the keys: the caller sees success
     const auto got = server.requests();
@@ -119,7 +119,7 @@ TEST_CASE("send_pipeline: short key lists, key runs and stores without a cache s
     recording_server server(io);
     SECTION("a list under 64 bytes") {
         client c(io, server.address(), true);
-        const auto m = push_of(7);
+        const auto m = pipeline_push(7);
         CHECK_FALSE(c.send(m));
         CHECK_FALSE(c.send(m));
         CHECK(c.pipe->counters.load().key_cache_hits == 0);
@@ -135,7 +135,7 @@ TEST_CASE("send_pipeline: short key lists, key runs and stores without a cache s
     }
     SECTION("no cache") {
         client c(io, server.address(), false);
-        const auto m = push_of(100);
+        const auto m = pipeline_push(100);
         CHECK_FALSE(c.send(m));
         CHECK_FALSE(c.send(m));
         CHECK(c.pipe->counters.load().key_cache_hits == 0);
@@ -149,7 +149,7 @@ TEST_CASE("send_pipeline: with compression on, a pull asks for a compressed repl
     recording_server server(io);
     client c(io, server.address(), false);
     c.pipe->compression.mode = wire::compression_mode::always;
-    auto m = push_of(100);
+    auto m = pipeline_push(100);
     m.header.kind = wire::message_kind::pull;
     m.set_segment(wire::values_segment, {});
     CHECK_FALSE(c.send(m));

@@ -51,13 +51,13 @@ std::shared_ptr<const petrel::membership_view> view_of(std::uint64_t version,
     return std::make_shared<const petrel::membership_view>(std::move(v));
 }
 
-struct client {
+struct links_client {
     io_threads io{1};
     log_capture log;
     std::shared_ptr<detail::resender> resends;
     std::shared_ptr<detail::server_links> links;
 
-    explicit client(bool key_caching) {
+    explicit links_client(bool key_caching) {
         auto pipe = std::make_shared<detail::send_pipeline>();
         pipe->pool = std::make_shared<petrel::buffer_pool>();
         resends = std::make_shared<detail::resender>(io.executor(), pipe,
@@ -67,9 +67,9 @@ struct client {
             petrel::tcp_transport(io.executor(), {.log = log.logger()}),
             detail::server_links_options{7, 10s, key_caching, 1 << 20}, log.logger(), resends);
     }
-    ~client() { links->close(); }
-    client(const client&) = delete;
-    client& operator=(const client&) = delete;
+    ~links_client() { links->close(); }
+    links_client(const links_client&) = delete;
+    links_client& operator=(const links_client&) = delete;
 };
 
 /// How a request sent on `link` ends (at once when the link is closed).
@@ -89,7 +89,7 @@ std::error_code ask(detail::request_link& link) {
 TEST_CASE("server_links: each newer view gives the resender a route table; links and key "
           "caches are kept per server",
           "[client][server_links]") {
-    client c(true);
+    links_client c(true);
     c.links->adopt(view_of(2, {1, 2}, {}, {1, 2}));
     const auto first = c.resends->table();
     REQUIRE(first);
@@ -121,7 +121,7 @@ TEST_CASE("server_links: each newer view gives the resender a route table; links
 TEST_CASE("server_links: a server the view declares failed has its link closed with node_failed, "
           "logged once",
           "[client][server_links]") {
-    client c(false);
+    links_client c(false);
     c.links->adopt(view_of(1, {1, 2}, {}, {1, 2}));
     const auto before = c.resends->table();
     CHECK_FALSE(before->caches[0]); // no key caching
@@ -146,7 +146,7 @@ TEST_CASE("server_links: a server the view declares failed has its link closed w
 
 TEST_CASE("server_links: a server the view no longer names has its link closed and forgotten",
           "[client][server_links]") {
-    client c(true);
+    links_client c(true);
     c.links->adopt(view_of(1, {1, 2, 3}, {}, {1, 2, 3}));
     const auto before = c.resends->table();
     const auto third = before->links[2];
@@ -170,7 +170,7 @@ TEST_CASE("server_links: a server the view no longer names has its link closed a
 
 TEST_CASE("server_links: once closed, every link is closed, also those of later views",
           "[client][server_links]") {
-    client c(false);
+    links_client c(false);
     c.links->adopt(view_of(1, {1}, {}, {1}));
     c.links->close();
     CHECK(c.resends->table()->links[0]->closed());

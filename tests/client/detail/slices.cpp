@@ -1,5 +1,6 @@
 #include <petrel/client/detail/slices.hpp>
 
+#include "support/bytes.hpp"
 #include "support/cluster.hpp"
 #include "support/route_tables.hpp"
 
@@ -20,12 +21,9 @@ using petrel::test::log_capture;
 namespace detail = petrel::detail;
 namespace wire = petrel::wire;
 
-namespace {
+using petrel::test::bytes_of;
 
-template <typename T>
-petrel::shared_bytes bytes_of(const std::vector<T>& v) {
-    return petrel::shared_bytes::copy_of(std::as_bytes(std::span(v)));
-}
+namespace {
 
 bool inside(const petrel::shared_bytes& part, const petrel::shared_bytes& whole) {
     return part.data() >= whole.data() && part.data() + part.size() <= whole.data() + whole.size();

@@ -15,7 +15,7 @@ using petrel::detail::config_parse_amount;
 
 namespace {
 
-command_line args(std::map<std::string, std::string, std::less<>> values) {
+command_line command_of(std::map<std::string, std::string, std::less<>> values) {
     command_line cl;
     cl.values = std::move(values);
     return cl;
@@ -52,18 +52,18 @@ TEST_CASE("config_limits: each limit from the program, the command line or the e
     }
     SECTION("every one, from the command line") {
         const auto l = config_limits({},
-                                     args({{"max-connections", "100"},
-                                           {"max-connections-per-address", "10"},
-                                           {"idle-timeout", "0"},
-                                           {"frame-timeout", "5000"},
-                                           {"max-receiving-bytes", "256M"},
-                                           {"max-queued-reply-bytes", "1G"},
-                                           {"max-cached-key-bytes", "0"},
-                                           {"max-held-bytes", "64M"},
-                                           {"max-tables-per-connection", "8"},
-                                           {"max-rows-per-connection", "1M"},
-                                           {"max-readers", "0"},
-                                           {"departed-grace", "1000"}}),
+                                     command_of({{"max-connections", "100"},
+                                                 {"max-connections-per-address", "10"},
+                                                 {"idle-timeout", "0"},
+                                                 {"frame-timeout", "5000"},
+                                                 {"max-receiving-bytes", "256M"},
+                                                 {"max-queued-reply-bytes", "1G"},
+                                                 {"max-cached-key-bytes", "0"},
+                                                 {"max-held-bytes", "64M"},
+                                                 {"max-tables-per-connection", "8"},
+                                                 {"max-rows-per-connection", "1M"},
+                                                 {"max-readers", "0"},
+                                                 {"departed-grace", "1000"}}),
                                      petrel::map_environment({}), overridden);
         CHECK(l == petrel::process_limits{.max_connections = 100,
                                           .max_connections_per_address = 10,
@@ -80,7 +80,7 @@ TEST_CASE("config_limits: each limit from the program, the command line or the e
     }
     SECTION("the environment; the command line wins and says so; the program fixes one") {
         const petrel::process_limits program{.max_rows_per_connection = 500};
-        const auto l = config_limits(program, args({{"max-connections", "20"}}),
+        const auto l = config_limits(program, command_of({{"max-connections", "20"}}),
                                      petrel::map_environment({{"PETREL_MAX_CONNECTIONS", "30"},
                                                               {"PETREL_IDLE_TIMEOUT", "60000"}}),
                                      overridden);
@@ -90,17 +90,17 @@ TEST_CASE("config_limits: each limit from the program, the command line or the e
         CHECK_FALSE(l.max_readers);
         REQUIRE(overridden.size() == 1);
         CHECK_THAT(overridden[0], Catch::Contains("PETREL_MAX_CONNECTIONS=\"30\""));
-        CHECK_THROWS_WITH((void)config_limits(program, args({{"max-rows-per-connection", "600"}}),
-                                              petrel::map_environment({}), overridden),
-                          Catch::Contains("config::max_rows_per_connection") &&
-                              Catch::Contains("disagree"));
+        CHECK_THROWS_WITH(
+            (void)config_limits(program, command_of({{"max-rows-per-connection", "600"}}),
+                                petrel::map_environment({}), overridden),
+            Catch::Contains("config::max_rows_per_connection") && Catch::Contains("disagree"));
     }
     SECTION("refused: a limit that would refuse everything, or no number") {
         for (const auto* name :
              {"max-connections", "max-connections-per-address", "max-held-bytes"}) {
             INFO(name);
             CHECK_THROWS_WITH(
-                (void)config_limits({}, args({{name, "0"}}), petrel::map_environment({}),
+                (void)config_limits({}, command_of({{name, "0"}}), petrel::map_environment({}),
                                     overridden),
                 Catch::Contains("--" + std::string(name) + "=\"0\": must be at least 1"));
         }

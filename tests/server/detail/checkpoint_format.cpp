@@ -22,7 +22,7 @@ namespace {
 
 using petrel::wire::scalar_type;
 
-std::vector<std::byte> keys_of(const std::vector<std::uint32_t>& keys) {
+std::vector<std::byte> key_bytes(const std::vector<std::uint32_t>& keys) {
     std::vector<std::byte> out(keys.size() * sizeof(std::uint32_t));
     std::memcpy(out.data(), keys.data(), out.size());
     return out;
@@ -107,9 +107,9 @@ TEST_CASE("checkpoint format: a table's shape gives its payload sizes, or says w
                                             std::string(257, 'x')) ==
           "updater name longer than 256 bytes");
 
-    const auto ascending = keys_of({1, 5, 9});
+    const auto ascending = key_bytes({1, 5, 9});
     CHECK(petrel::detail::first_unsorted_key(scalar_type::u32, ascending.data(), 3) == 3);
-    const auto repeated = keys_of({1, 5, 5, 9});
+    const auto repeated = key_bytes({1, 5, 5, 9});
     CHECK(petrel::detail::first_unsorted_key(scalar_type::u32, repeated.data(), 4) == 2);
 }
 

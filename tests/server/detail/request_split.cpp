@@ -8,21 +8,10 @@
 #include <span>
 #include <vector>
 
-namespace {
+using petrel::test::message_keys;
+using petrel::test::message_values;
 
 namespace wire = petrel::wire;
-
-std::vector<std::uint64_t> keys_of(const wire::message& m) {
-    const auto k = m.keys().as<std::uint64_t>();
-    return {k.begin(), k.end()};
-}
-
-std::vector<float> values_of(const wire::message& m) {
-    const auto v = m.values().as<float>();
-    return {v.begin(), v.end()};
-}
-
-} // namespace
 
 TEST_CASE("split_request: listed keys in parts of even counts that share the request's bytes",
           "[server]") {
@@ -47,10 +36,10 @@ TEST_CASE("split_request: listed keys in parts of even counts that share the req
         CHECK(p.message.values().size() == p.message.header.key_count * 2 * sizeof(float));
         CHECK(p.message.keys().owner() == m.keys().owner()); // shared, not copied
         next += p.message.header.key_count;
-        for (auto k : keys_of(p.message)) {
+        for (auto k : message_keys(p.message)) {
             all_keys.push_back(k);
         }
-        for (auto v : values_of(p.message)) {
+        for (auto v : message_values(p.message)) {
             all_values.push_back(v);
         }
     }
@@ -64,7 +53,7 @@ TEST_CASE("split_request: listed keys in parts of even counts that share the req
     const auto pulls = petrel::detail::split_request(pull, 5);
     REQUIRE(pulls.size() == 2);
     CHECK(pulls[1].first == 1);
-    CHECK(keys_of(pulls[1].message) == std::vector<std::uint64_t>{9});
+    CHECK(message_keys(pulls[1].message) == std::vector<std::uint64_t>{9});
     CHECK(pulls[1].message.values().empty());
 }
 
@@ -80,20 +69,20 @@ TEST_CASE("split_request: key runs cut where a part ends, inside a run or betwee
     m.header.key_count = 10;
     const auto parts = petrel::detail::split_request(m, 3);
     REQUIRE(parts.size() == 3);
-    CHECK(keys_of(parts[0].message) == std::vector<std::uint64_t>{10, 13});
-    CHECK(keys_of(parts[1].message) == std::vector<std::uint64_t>{13, 16});
-    CHECK(keys_of(parts[2].message) == std::vector<std::uint64_t>{100, 104});
+    CHECK(message_keys(parts[0].message) == std::vector<std::uint64_t>{10, 13});
+    CHECK(message_keys(parts[1].message) == std::vector<std::uint64_t>{13, 16});
+    CHECK(message_keys(parts[2].message) == std::vector<std::uint64_t>{100, 104});
     CHECK(parts[1].first == 3);
     CHECK(parts[2].first == 6);
     CHECK(parts[2].message.header.key_count == 4);
     CHECK((parts[2].message.header.flags & wire::flag_key_runs) != 0);
-    CHECK(values_of(parts[2].message) == std::vector<float>{6, 7, 8, 9});
+    CHECK(message_values(parts[2].message) == std::vector<float>{6, 7, 8, 9});
 
     const auto four = petrel::detail::split_request(m, 4); // 2, 3, 2, 3 keys
     REQUIRE(four.size() == 4);
-    CHECK(keys_of(four[1].message) == std::vector<std::uint64_t>{12, 15});
-    CHECK(keys_of(four[2].message) == std::vector<std::uint64_t>{15, 16, 100, 101});
-    CHECK(keys_of(four[3].message) == std::vector<std::uint64_t>{101, 104});
+    CHECK(message_keys(four[1].message) == std::vector<std::uint64_t>{12, 15});
+    CHECK(message_keys(four[2].message) == std::vector<std::uint64_t>{15, 16, 100, 101});
+    CHECK(message_keys(four[3].message) == std::vector<std::uint64_t>{101, 104});
 }
 
 TEST_CASE("part_count: as many parts as fit the least bytes, at most the threads", "[server]") {

@@ -24,7 +24,7 @@ namespace {
 namespace wire = petrel::wire;
 
 /// A push of `keys` with one float each (width 1) to table 0.
-wire::message push_of(const std::vector<std::uint64_t>& keys, const std::vector<float>& values) {
+wire::message table_push(const std::vector<std::uint64_t>& keys, const std::vector<float>& values) {
     return petrel::test::rows_request(wire::message_kind::push, keys, values);
 }
 
@@ -61,7 +61,7 @@ TEST_CASE("table: a push reserved, then held while rows are loaded, updates its 
           "[server]") {
     // A server accepts an ordered push (reserving its rows) and holds it for its clock;
     // meanwhile a replica copy of other keys is loaded; then the clock applies the push.
-    const auto held = push_of({77, 78}, {1.0F, 2.0F});
+    const auto held = table_push({77, 78}, {1.0F, 2.0F});
     auto table = petrel::detail::make_table(held.header);
     REQUIRE_FALSE(table->check(held.header));
     table->reserve(held);
@@ -81,11 +81,11 @@ TEST_CASE("table: a push reserved, then held while rows are loaded, updates its 
 }
 
 TEST_CASE("table: a push reserved right before it is applied finds its rows once", "[server]") {
-    auto table = petrel::detail::make_table(push_of({1}, {0.0F}).header);
-    const auto first = push_of({5, 9, 12}, {1.0F, 2.0F, 3.0F});
+    auto table = petrel::detail::make_table(table_push({1}, {0.0F}).header);
+    const auto first = table_push({5, 9, 12}, {1.0F, 2.0F, 3.0F});
     table->reserve(first);
     table->apply(first);
-    const auto second = push_of({9, 12, 30}, {10.0F, 20.0F, 30.0F});
+    const auto second = table_push({9, 12, 30}, {10.0F, 20.0F, 30.0F});
     table->reserve(second);
     table->apply(second);
     const auto rows = contents(*table);
@@ -106,7 +106,7 @@ wire::message push_rows(const std::vector<std::uint64_t>& keys, std::uint32_t wi
         }
     }
     const std::vector<float> values(count * width, v);
-    auto m = push_of(keys, {0.0F});
+    auto m = table_push(keys, {0.0F});
     m.header.width = width;
     m.header.key_count = count;
     if (runs) {
@@ -230,7 +230,7 @@ TEST_CASE("table: an update rule with state, applied from several threads to key
                 keys.push_back(static_cast<std::uint64_t>(t) * 1000 + i);
             }
             std::vector<double> g(keys.size() * 2, 0.25 * (r + 1) + t);
-            auto m = push_of(keys, {0.0F});
+            auto m = table_push(keys, {0.0F});
             m.header.value_type = wire::scalar_type::f64;
             m.header.width = 2;
             m.set_segment(wire::values_segment,
