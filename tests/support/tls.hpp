@@ -5,16 +5,11 @@
 
 #include <string>
 
-#ifndef PETREL_TEST_TLS_DIR
-#error "PETREL_TEST_TLS_DIR names the folder of the test certificates (tests/CMakeLists.txt)"
-#endif
-
 namespace petrel::test {
 
-/// The path of a file of the test certificates.
-inline std::string tls_path(const std::string& file) {
-    return std::string(PETREL_TEST_TLS_DIR) + "/" + file;
-}
+/// The path of a file of the test certificates (defined in tests/support/tls.cpp, the one
+/// unit that is given their folder).
+std::string tls_path(const std::string& file);
 
 /// A node's TLS files: `node` (signed by the test authority) or `stranger` (signed by
 /// another), trusting `authority` (`ca` or `other_ca`).
