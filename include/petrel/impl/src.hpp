@@ -30,5 +30,9 @@
 #include <petrel/server/impl/table_factory.ipp>
 #include <petrel/transport/impl/credential.ipp>
 #include <petrel/transport/impl/handshake.ipp>
+#include <petrel/transport/impl/inproc_transport.ipp>
+#include <petrel/transport/impl/request_link.ipp>
+#include <petrel/transport/impl/tcp_connection.ipp>
 #include <petrel/transport/impl/tcp_stream.ipp>
+#include <petrel/transport/impl/tcp_transport.ipp>
 #include <petrel/wire/impl/compression.ipp>

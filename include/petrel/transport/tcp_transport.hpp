@@ -2,28 +2,20 @@
 #pragma once
 
 #include <petrel/core/buffer_pool.hpp>
+#include <petrel/core/config.hpp>
 #include <petrel/core/detail/log_throttle.hpp>
 #include <petrel/core/error.hpp>
 #include <petrel/transport/connection.hpp>
-#include <petrel/transport/detail/address.hpp>
 #include <petrel/transport/detail/completion.hpp>
-#include <petrel/transport/detail/handshake.hpp>
 #include <petrel/transport/detail/tcp_connection.hpp>
 #include <petrel/transport/detail/tcp_stream.hpp>
 #include <petrel/transport/transport.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
 #include <asio/co_spawn.hpp>
-#include <asio/connect.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/post.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -32,7 +24,6 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <typeinfo>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -46,14 +37,7 @@ namespace detail {
 /// fits inside an `asio::any_io_executor`, so the copies Asio makes of a socket's executor
 /// for every operation (with work tracked, or blocking relaxed) allocate nothing.
 /// (`target` alone does not check the type: `target_type` does.)
-[[nodiscard]] inline asio::any_io_executor connection_strand(const asio::any_io_executor& ex) {
-#if !defined(ASIO_NO_TYPEID)
-    if (ex.target_type() == typeid(asio::io_context::executor_type)) {
-        return asio::make_strand(*ex.target<asio::io_context::executor_type>());
-    }
-#endif
-    return asio::make_strand(ex);
-}
+[[nodiscard]] PETREL_DECL asio::any_io_executor connection_strand(const asio::any_io_executor& ex);
 
 struct tcp_transport_state;
 
@@ -62,12 +46,11 @@ struct tcp_transport_state;
 /// back once: when the connection goes, or with the last copy of the ticket.
 class connection_ticket {
 public:
-    connection_ticket(std::weak_ptr<tcp_transport_state> state, std::string address)
-        : state_(std::move(state)), address_(std::move(address)) {}
+    connection_ticket(std::weak_ptr<tcp_transport_state> state, std::string address);
     connection_ticket(const connection_ticket&) = delete;
     connection_ticket& operator=(const connection_ticket&) = delete;
-    ~connection_ticket() { release(); }
-    inline void release() noexcept;
+    ~connection_ticket();
+    void release() noexcept;
 
 private:
     std::weak_ptr<tcp_transport_state> state_;
@@ -76,346 +59,60 @@ private:
 };
 
 struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
-    tcp_transport_state(asio::any_io_executor e, transport_options o, std::chrono::milliseconds t)
-        : ex(std::move(e)), opts(std::move(o)), connect_timeout(t) {
-        if (!opts.pool) {
-            opts.pool = std::make_shared<buffer_pool>();
-        }
-        if (opts.max_receiving_bytes > 0) {
-            budgets.receiving = std::make_shared<byte_budget>(opts.max_receiving_bytes);
-        }
-        if (opts.max_cached_key_bytes > 0) {
-            budgets.key_lists = std::make_shared<byte_budget>(opts.max_cached_key_bytes);
-        }
-        if (opts.max_queued_reply_bytes > 0) {
-            budgets.replies = std::make_shared<reply_budget>(opts.max_queued_reply_bytes);
-        }
-        if (opts.tls.enabled()) {
-            tls = make_tls_context(opts.tls);
-        }
-    }
+    tcp_transport_state(asio::any_io_executor e, transport_options o, std::chrono::milliseconds t);
 
     /// `socket`, with TLS over it when the options ask for TLS (its handshake yet to run).
-    [[nodiscard]] tcp_stream wrap(asio::ip::tcp::socket socket) const {
-        return tls ? tcp_stream(std::move(socket), *tls) : tcp_stream(std::move(socket));
-    }
+    [[nodiscard]] tcp_stream wrap(asio::ip::tcp::socket socket) const;
 
     /// Whether a connection runs handshakes before it carries frames.
     [[nodiscard]] bool shakes_hands() const noexcept { return tls || !opts.secret.empty(); }
 
-    void log(log_level level, const std::string& text) const {
-        if (opts.log) {
-            opts.log(level, text);
-        }
-    }
+    void log(log_level level, const std::string& text) const;
 
     /// Wraps a connected socket, registers it and starts its loops; nullptr after close().
     /// An accepted connection holds its `ticket` until it goes.
     std::shared_ptr<tcp_connection> adopt(tcp_stream stream, connection_handlers h, bool accepted,
                                           std::shared_ptr<connection_ticket> ticket = {},
-                                          access peer = access::full) {
-        std::weak_ptr<tcp_transport_state> weak = weak_from_this();
-        auto forget = [weak, ticket = std::move(ticket)](tcp_connection* gone) {
-            if (auto s = weak.lock()) {
-                std::lock_guard lock(s->mutex);
-                s->connections.erase(gone);
-            }
-            if (ticket) {
-                ticket->release();
-            }
-        };
-        auto conn = std::make_shared<tcp_connection>(std::move(stream), opts, std::move(h),
-                                                     std::move(forget), accepted, peer,
-                                                     accepted ? budgets : shared_budgets{});
-        {
-            std::lock_guard lock(mutex);
-            if (closed) {
-                return nullptr;
-            }
-            connections.emplace(conn.get(), conn);
-        }
-        conn->start();
-        return conn;
-    }
+                                          access peer = access::full);
 
     // The coroutines below are static and take their owner as a parameter: the coroutine
     // frame holds it from the spawn on, so the state cannot die between co_spawn and the
     // first resumption.
     static asio::awaitable<void> accept_loop(std::shared_ptr<tcp_transport_state> self,
                                              std::shared_ptr<asio::ip::tcp::acceptor> acceptor,
-                                             connection_handlers h) {
-        for (;;) {
-            std::error_code ec;
-            asio::ip::tcp::socket socket = co_await acceptor->async_accept(
-                connection_strand(self->ex), asio::redirect_error(asio::use_awaitable, ec));
-            if (ec) {
-                if (ec == asio::error::operation_aborted || !acceptor->is_open()) {
-                    co_return;
-                }
-                self->log(log_level::warning, "accept failed: " + ec.message());
-                asio::steady_timer pause(self->ex, std::chrono::milliseconds(50));
-                co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-                continue;
-            }
-            auto ticket = self->take_ticket(socket);
-            if (!ticket) {
-                std::error_code ignored;
-                socket.close(ignored);
-                continue;
-            }
-            if (!self->shakes_hands()) {
-                self->adopt(tcp_stream(std::move(socket)), h, true, std::move(ticket));
-                continue;
-            }
-            auto pending = std::make_shared<tcp_stream>(self->wrap(std::move(socket)));
-            if (!self->begin_handshake(pending)) {
-                pending->close();
-                continue;
-            }
-            asio::co_spawn(pending->get_executor(), admit(self, pending, h, std::move(ticket)),
-                           asio::detached);
-        }
-    }
+                                             connection_handlers h);
 
     /// A place for a connection just accepted on `socket`, or none (it is to be closed,
     /// the refusal logged) when the listeners hold `max_accepted_connections` already, or
     /// `max_connections_per_address` from its peer's address.
-    std::shared_ptr<connection_ticket> take_ticket(const asio::ip::tcp::socket& socket) {
-        std::error_code ec;
-        const auto ep = socket.remote_endpoint(ec);
-        if (ec) {
-            return nullptr; // gone already
-        }
-        std::string address = ep.address().to_string();
-        std::string line;
-        {
-            std::lock_guard lock(mutex);
-            const auto it = per_address.find(address);
-            const std::size_t from = it == per_address.end() ? 0 : it->second;
-            if (accepted_count < opts.max_accepted_connections &&
-                from < opts.max_connections_per_address) {
-                ++accepted_count;
-                ++per_address[address];
-                return std::make_shared<connection_ticket>(weak_from_this(), std::move(address));
-            }
-            const bool per_peer = from >= opts.max_connections_per_address;
-            line = refusal_line(
-                address + ":" + std::to_string(ep.port()),
-                per_peer ? "it has " + std::to_string(opts.max_connections_per_address) +
-                               " connections open (max_connections_per_address)"
-                         : "this node has " + std::to_string(opts.max_accepted_connections) +
-                               " accepted connections open (max_accepted_connections)");
-        }
-        if (!line.empty()) {
-            log(log_level::warning, line);
-        }
-        return nullptr;
-    }
+    std::shared_ptr<connection_ticket> take_ticket(const asio::ip::tcp::socket& socket);
 
     /// Gives back a ticket's place (`connection_ticket::release`).
-    void return_ticket(const std::string& address) noexcept {
-        std::lock_guard lock(mutex);
-        --accepted_count;
-        if (const auto it = per_address.find(address);
-            it != per_address.end() && --it->second == 0) {
-            per_address.erase(it);
-        }
-    }
+    void return_ticket(const std::string& address) noexcept;
 
     /// Registers an accepted socket whose handshake begins, so that `close` can end it;
     /// false (the socket is to be closed) once closed, or when `max_handshakes` run
     /// already.
-    bool begin_handshake(const std::shared_ptr<tcp_stream>& socket) {
-        std::string line;
-        {
-            std::lock_guard lock(mutex);
-            if (!closed && handshakes.size() < max_handshakes) {
-                handshakes.emplace(socket.get(), socket);
-                return true;
-            }
-            if (!closed) {
-                line = refusal_line("a peer", "too many handshakes under way");
-            }
-        }
-        if (!line.empty()) {
-            log(log_level::warning, line);
-        }
-        return false;
-    }
+    bool begin_handshake(const std::shared_ptr<tcp_stream>& socket);
 
     /// Runs the acceptor's end of the handshakes on `socket` (TLS, then the secret's),
     /// then serves it as an accepted connection; a peer that fails either is closed after
     /// `auth_failure_delay`.
     static asio::awaitable<void> admit(std::shared_ptr<tcp_transport_state> self,
                                        std::shared_ptr<tcp_stream> socket, connection_handlers h,
-                                       std::shared_ptr<connection_ticket> ticket) {
-        std::error_code ec;
-        access granted = access::full;
-        std::string who = "a peer";
-        if (const auto ep = socket->socket().remote_endpoint(ec); !ec) {
-            who = ep.address().to_string() + ":" + std::to_string(ep.port());
-        }
-        std::string reason;
-        try {
-            if (self->tls) {
-                ec = co_await tls_handshake(*socket, false, self->opts.handshake_timeout, &reason);
-            }
-            if (!ec && !self->opts.secret.empty()) {
-                ec = co_await authenticate(*socket, self->opts.secret, false,
-                                           self->opts.handshake_timeout, self->opts.credential,
-                                           &granted);
-            }
-        } catch (const std::exception&) {
-            ec = errc::auth_failed;
-        }
-        if (ec && ec != asio::error::operation_aborted) {
-            self->note_refusal(who, reason.empty() ? ec.message() : reason + ": " + ec.message());
-            if (ec == errc::auth_failed || ec == errc::tls_failed) {
-                asio::steady_timer pause(socket->get_executor(), self->opts.auth_failure_delay);
-                std::error_code ignored;
-                co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-            }
-        }
-        {
-            std::lock_guard lock(self->mutex);
-            self->handshakes.erase(socket.get());
-        }
-        if (ec) {
-            socket->close();
-            co_return;
-        }
-        self->adopt(std::move(*socket), std::move(h), true, std::move(ticket), granted);
-    }
+                                       std::shared_ptr<connection_ticket> ticket);
 
     /// Logs a refused connection, at most one line a second (then with the number of
     /// refusals not logged since the last line).
-    void note_refusal(const std::string& who, const std::string& why) {
-        std::string line;
-        {
-            std::lock_guard lock(mutex);
-            line = refusal_line(who, why);
-        }
-        if (!line.empty()) {
-            log(log_level::warning, line);
-        }
-    }
+    void note_refusal(const std::string& who, const std::string& why);
 
     /// Under `mutex`: the line to log for a refusal, or none within a second of the last.
-    std::string refusal_line(const std::string& who, const std::string& why) {
-        return refusals.line("refused a connection from " + who + ": " + why,
-                             std::chrono::steady_clock::now());
-    }
+    std::string refusal_line(const std::string& who, const std::string& why);
 
     static asio::awaitable<std::pair<std::error_code, connection_ptr>>
-    connect(std::shared_ptr<tcp_transport_state> self, std::string address, connection_handlers h) {
-        const auto hp = parse_host_port(address);
-        if (!hp) {
-            co_return std::pair{make_error_code(errc::invalid_argument), connection_ptr{}};
-        }
-        std::error_code ec;
-        asio::ip::tcp::resolver resolver(self->ex);
-        auto endpoints = co_await resolver.async_resolve(
-            hp->host, std::to_string(hp->port), asio::redirect_error(asio::use_awaitable, ec));
-        if (ec) {
-            co_return std::pair{ec, connection_ptr{}};
-        }
-        auto strand = co_await asio::this_coro::executor;
-        asio::ip::tcp::socket socket(strand);
-        asio::steady_timer deadline(strand, self->connect_timeout);
-        // Both the timer's handler and this coroutine run on `strand`; `state` tells the
-        // handler whether the coroutine still waits in async_connect (0), has moved on (1),
-        // or was timed out (2).
-        auto state = std::make_shared<int>(0);
-        deadline.async_wait([&socket, state](std::error_code e) {
-            if (!e && *state == 0) {
-                *state = 2;
-                std::error_code ignored;
-                socket.close(ignored);
-            }
-        });
-        co_await asio::async_connect(socket, endpoints,
-                                     asio::redirect_error(asio::use_awaitable, ec));
-        if (*state == 2) {
-            ec = errc::timed_out;
-        }
-        *state = 1;
-        deadline.cancel();
-        if (ec) {
-            co_return std::pair{ec, connection_ptr{}};
-        }
-        std::shared_ptr<tcp_stream> shaking;
-        if (self->shakes_hands()) {
-            // Registered like an accepted socket's handshake, so that close() ends it.
-            shaking = std::make_shared<tcp_stream>(self->wrap(std::move(socket)));
-            {
-                std::lock_guard lock(self->mutex);
-                if (self->closed) {
-                    co_return std::pair{make_error_code(errc::shut_down), connection_ptr{}};
-                }
-                self->handshakes.emplace(shaking.get(), shaking);
-            }
-            try {
-                if (self->tls) {
-                    ec = co_await tls_handshake(*shaking, true, self->opts.handshake_timeout);
-                }
-                if (!ec && !self->opts.secret.empty()) {
-                    ec = co_await authenticate(*shaking, self->opts.secret, true,
-                                               self->opts.handshake_timeout, self->opts.credential);
-                }
-            } catch (const std::exception&) {
-                ec = errc::auth_failed;
-            }
-            {
-                std::lock_guard lock(self->mutex);
-                self->handshakes.erase(shaking.get());
-            }
-            if (ec) {
-                co_return std::pair{ec, connection_ptr{}};
-            }
-        }
-        auto conn = self->adopt(shaking ? std::move(*shaking) : tcp_stream(std::move(socket)),
-                                std::move(h), false);
-        if (!conn) {
-            co_return std::pair{make_error_code(errc::shut_down), connection_ptr{}};
-        }
-        co_return std::pair{std::error_code{}, connection_ptr(std::move(conn))};
-    }
+    connect(std::shared_ptr<tcp_transport_state> self, std::string address, connection_handlers h);
 
-    void close() {
-        std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> acc;
-        std::vector<std::shared_ptr<tcp_connection>> conns;
-        std::vector<std::shared_ptr<tcp_stream>> shaking;
-        {
-            std::lock_guard lock(mutex);
-            if (closed) {
-                return;
-            }
-            closed = true;
-            acc.swap(acceptors);
-            for (auto& [raw, weak] : handshakes) {
-                if (auto s = weak.lock()) {
-                    shaking.push_back(std::move(s));
-                }
-            }
-            for (auto& [raw, weak] : connections) {
-                if (auto c = weak.lock()) {
-                    conns.push_back(std::move(c));
-                }
-            }
-        }
-        for (auto& a : acc) {
-            asio::post(a->get_executor(), [a] {
-                std::error_code ignored;
-                a->close(ignored);
-            });
-        }
-        for (auto& c : conns) {
-            c->close();
-        }
-        for (auto& s : shaking) {
-            asio::post(s->get_executor(), [s] { s->close(); });
-        }
-    }
+    void close();
 
     /// Accepted connections whose handshakes may run at once; more are closed at once.
     static constexpr std::size_t max_handshakes = 128;
@@ -440,15 +137,6 @@ struct tcp_transport_state : std::enable_shared_from_this<tcp_transport_state> {
     std::size_t accepted_count = 0;
     std::unordered_map<std::string, std::size_t> per_address;
 };
-
-inline void connection_ticket::release() noexcept {
-    if (released_.exchange(true)) {
-        return;
-    }
-    if (auto s = state_.lock()) {
-        s->return_ticket(address_);
-    }
-}
 
 } // namespace detail
 
@@ -481,23 +169,15 @@ public:
     using executor_type = asio::any_io_executor;
 
     explicit tcp_transport(executor_type ex, transport_options opts = {},
-                           std::chrono::milliseconds connect_timeout = std::chrono::seconds(10))
-        : state_(std::make_shared<detail::tcp_transport_state>(std::move(ex), std::move(opts),
-                                                               connect_timeout)) {}
+                           std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
 
     tcp_transport(tcp_transport&&) noexcept = default;
-    tcp_transport& operator=(tcp_transport&& other) noexcept {
-        if (this != &other) {
-            close();
-            state_ = std::move(other.state_);
-        }
-        return *this;
-    }
+    tcp_transport& operator=(tcp_transport&& other) noexcept;
     tcp_transport(const tcp_transport&) = delete;
     tcp_transport& operator=(const tcp_transport&) = delete;
 
     /// Closes everything this transport opened.
-    ~tcp_transport() { close(); }
+    ~tcp_transport();
 
     [[nodiscard]] executor_type get_executor() const { return state_->ex; }
     [[nodiscard]] const transport_options& options() const { return state_->opts; }
@@ -505,48 +185,7 @@ public:
 
     /// Starts accepting connections at `address`; each gets `h`. Returns the bound
     /// address. @throws std::system_error when the address is invalid or taken.
-    std::string listen(std::string_view address, connection_handlers h) {
-        const auto hp = detail::parse_host_port(address);
-        if (!hp) {
-            throw std::system_error(make_error_code(errc::invalid_argument),
-                                    "petrel: listen address must be host:port, got '" +
-                                        std::string(address) + "'");
-        }
-        auto acceptor = std::make_shared<asio::ip::tcp::acceptor>(asio::make_strand(state_->ex));
-        asio::ip::tcp::endpoint bound;
-        try {
-            asio::ip::tcp::resolver resolver(state_->ex);
-            const auto results =
-                resolver.resolve(hp->host.empty() ? "0.0.0.0" : hp->host, std::to_string(hp->port),
-                                 asio::ip::tcp::resolver::passive);
-            const asio::ip::tcp::endpoint endpoint = *results.begin();
-            acceptor->open(endpoint.protocol());
-            acceptor->set_option(asio::socket_base::reuse_address(true));
-            acceptor->bind(endpoint);
-            acceptor->listen();
-            bound = acceptor->local_endpoint();
-        } catch (const std::system_error& e) {
-            // Name the address: "bind: Address already in use" alone does not say which.
-            throw std::system_error(e.code(), "petrel: cannot listen on " + std::string(address) +
-                                                  " (" + e.what() +
-                                                  "): another process may hold the port, or "
-                                                  "the host is not an address of this machine");
-        }
-        {
-            std::lock_guard lock(state_->mutex);
-            if (state_->closed) {
-                throw std::system_error(make_error_code(errc::shut_down),
-                                        "petrel: listen on a closed transport");
-            }
-            state_->acceptors.push_back(acceptor);
-        }
-        asio::co_spawn(acceptor->get_executor(),
-                       detail::tcp_transport_state::accept_loop(state_, acceptor, std::move(h)),
-                       asio::detached);
-        const auto host = bound.address().to_string();
-        return (bound.address().is_v6() ? "[" + host + "]" : host) + ":" +
-               std::to_string(bound.port());
-    }
+    std::string listen(std::string_view address, connection_handlers h);
 
     /// Connects to `address`. Completion signature `void(std::error_code, connection_ptr)`.
     template <typename CompletionToken>
@@ -570,11 +209,7 @@ public:
     }
 
     /// Stops listening and closes every connection; idempotent.
-    void close() {
-        if (state_) {
-            state_->close();
-        }
-    }
+    void close();
 
 private:
     std::shared_ptr<detail::tcp_transport_state> state_;
@@ -583,3 +218,7 @@ private:
 static_assert(transport<tcp_transport>);
 
 } // namespace petrel
+
+#if PETREL_HEADER_ONLY
+#include <petrel/transport/impl/tcp_transport.ipp>
+#endif

@@ -15,6 +15,7 @@
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/server_agent.hpp>
 #include <petrel/server/server_node.hpp>
+#include <petrel/transport/detail/handshake.hpp>
 #include <petrel/transport/tcp_transport.hpp>
 
 #include <asio/executor_work_guard.hpp>
@@ -71,7 +72,7 @@ checkpoint_clocks(const std::filesystem::path& dir) {
 }
 
 /// Joins the address of a host (IPv6 in brackets) and a port.
-[[nodiscard]] PETREL_DECL std::string host_port(const std::string& host, std::uint16_t port) {
+[[nodiscard]] PETREL_DECL std::string join_address(const std::string& host, std::uint16_t port) {
     const bool v6 = host.find(':') != std::string::npos;
     return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
@@ -90,7 +91,7 @@ checkpoint_clocks(const std::filesystem::path& dir) {
 inline constexpr std::chrono::milliseconds run_drain_limit{2000};
 
 /// The outcome of a future, as an error code.
-[[nodiscard]] PETREL_DECL std::error_code outcome(std::future<void>& f) {
+[[nodiscard]] PETREL_DECL std::error_code error_of(std::future<void>& f) {
     try {
         f.get();
         return {};
@@ -413,9 +414,9 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                 manager =
                     std::make_unique<manager_node>(tcp_transport(io.get_executor(), topts), mo);
                 const auto bound =
-                    manager->listen(detail::host_port(s.bind, detail::port_of(s.root)));
+                    manager->listen(detail::join_address(s.bind, detail::port_of(s.root)));
                 if (detail::port_of(s.root) == 0) {
-                    root = detail::host_port(s.advertise, detail::port_of(bound));
+                    root = detail::join_address(s.advertise, detail::port_of(bound));
                 }
             }
             if (s.standby_here) {
@@ -423,7 +424,7 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                 mo.take_over = true;
                 standby =
                     std::make_unique<manager_node>(tcp_transport(io.get_executor(), topts), mo);
-                (void)standby->listen(detail::host_port(s.bind, detail::port_of(s.standby)));
+                (void)standby->listen(detail::join_address(s.bind, detail::port_of(s.standby)));
             }
             // What this process declares: the manager refuses nodes that declare otherwise.
             declarations declared = s.tables ? s.tables->describe() : declarations{};
@@ -460,9 +461,10 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                 detail::apply_limits(s.limits, so);
                 auto server =
                     std::make_shared<server_node>(tcp_transport(io.get_executor(), topts), so);
-                const auto bound = server->listen(detail::host_port(s.bind, 0));
-                members.push_back(make_member(
-                    node_role::server, i, detail::host_port(s.advertise, detail::port_of(bound))));
+                const auto bound = server->listen(detail::join_address(s.bind, 0));
+                members.push_back(
+                    make_member(node_role::server, i,
+                                detail::join_address(s.advertise, detail::port_of(bound))));
                 servers.push_back(std::move(server));
             }
             for (std::uint32_t i = 0; i < s.workers_here; ++i) {
@@ -486,7 +488,7 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                 joins.push_back(m->async_join(asio::use_future));
             }
             for (std::size_t i = 0; i < joins.size(); ++i) {
-                if (auto ec = detail::outcome(joins[i])) {
+                if (auto ec = detail::error_of(joins[i])) {
                     failed(members[i]->failure().empty() ? ec.message() : members[i]->failure());
                     status = run_failed;
                 }
@@ -556,7 +558,7 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                     if (s.join && !is_worker && i < servers.size()) {
                         // Reports its copies complete until the ring gives it its keys.
                         auto took = agents[i]->async_take_over(s.startup_timeout, asio::use_future);
-                        if (const auto ec = detail::outcome(took)) {
+                        if (const auto ec = detail::error_of(took)) {
                             failed(ec == errc::timed_out
                                        ? "server " + std::to_string(m->id()) +
                                              " joined but was not given its keys within " +
@@ -573,7 +575,7 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                     if (!s.restore.empty() && !s.join) {
                         // Every server has loaded the checkpoint once all nodes are here.
                         auto ready = m->async_barrier(group::all, asio::use_future);
-                        if (auto ec = detail::outcome(ready)) {
+                        if (auto ec = detail::error_of(ready)) {
                             failed(m->failure().empty() ? "restore barrier: " + ec.message()
                                                         : m->failure());
                             results[i] = run_failed;
@@ -625,12 +627,12 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                         // and the job fails, in every process (unless the job drops failed
                         // workers: then it goes on without this one).
                         auto reported = m->async_fail(threw, asio::use_future);
-                        (void)detail::outcome(reported);
+                        (void)detail::error_of(reported);
                         return;
                     }
                     // (A server that leaves on SIGTERM ends this wait: its member closes.)
                     auto done = m->async_barrier(group::all, asio::use_future);
-                    const auto barrier = detail::outcome(done);
+                    const auto barrier = detail::error_of(done);
                     if (sigterm && sigterm->retired(i)) {
                         say(log_level::info, "petrel: server " + std::to_string(m->id()) +
                                                  " left the job; its keys moved to their replicas");
@@ -642,7 +644,7 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                         results[i] = run_failed;
                     }
                     auto left = m->async_leave(asio::use_future);
-                    if (auto ec = detail::outcome(left); ec && results[i] == run_ok) {
+                    if (auto ec = detail::error_of(left); ec && results[i] == run_ok) {
                         failed(m->failure().empty() ? "leaving: " + ec.message() : m->failure());
                         results[i] = run_failed;
                     }
@@ -680,7 +682,7 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                 // Our own nodes failed to start or finish: do not wait for the others.
                 m->close();
             }
-            if (auto ec = detail::outcome(finished); ec && ec != errc::shut_down) {
+            if (auto ec = detail::error_of(finished); ec && ec != errc::shut_down) {
                 failed(m->failure().empty() ? ec.message() : m->failure());
                 status = run_failed;
             }
