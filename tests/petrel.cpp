@@ -71,3 +71,16 @@ TEST_CASE("petrel.hpp: against the compiled library a trainer's unit does not co
     STATIC_REQUIRE_FALSE(complete<petrel::inproc_transport>);
 #endif
 }
+
+// The key lists' checksum is xxHash's, whose header defines macros (XXH64 and others).
+#if !PETREL_HEADER_ONLY && defined(XXH_VERSION_MAJOR)
+constexpr bool xxhash_macros_reach_a_trainer = true;
+#else
+constexpr bool xxhash_macros_reach_a_trainer = false;
+#endif
+
+TEST_CASE("petrel.hpp: against the compiled library xxHash's macros stay out of a trainer's "
+          "unit",
+          "[umbrella]") {
+    STATIC_REQUIRE_FALSE(xxhash_macros_reach_a_trainer);
+}

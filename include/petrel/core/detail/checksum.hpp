@@ -2,17 +2,7 @@
 // key lists.
 #pragma once
 
-// xxHash used header-only: its functions are inlined here under names of their own
-// (XXH_INLINE_...), so a program may also link libxxhash or include it otherwise.
-#ifndef XXH_INLINE_ALL
-#define XXH_INLINE_ALL
-#define PETREL_XXH_INLINE_ALL_DEFINED
-#endif
-#include <xxhash.h>
-#ifdef PETREL_XXH_INLINE_ALL_DEFINED
-#undef XXH_INLINE_ALL
-#undef PETREL_XXH_INLINE_ALL_DEFINED
-#endif
+#include <petrel/core/config.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -30,25 +20,27 @@ namespace petrel::detail {
 /// Distinct objects: safe. Shared objects: unsafe.
 class checksum64 {
 public:
-    checksum64() noexcept { XXH64_reset(&state_, 0); }
+    PETREL_DECL checksum64() noexcept;
 
     /// Adds `bytes` to the stream.
-    void update(std::span<const std::byte> bytes) noexcept {
-        if (!bytes.empty()) {
-            XXH64_update(&state_, bytes.data(), bytes.size());
-        }
-    }
+    PETREL_DECL void update(std::span<const std::byte> bytes) noexcept;
 
     /// The hash of every byte added so far; the stream may go on afterwards.
-    [[nodiscard]] std::uint64_t digest() const noexcept { return XXH64_digest(&state_); }
+    [[nodiscard]] PETREL_DECL std::uint64_t digest() const noexcept;
 
 private:
-    XXH64_state_t state_;
+    /// The bytes of xxHash's `XXH64_state_t`, kept here so that only the bodies
+    /// (core/impl/checksum.ipp) include <xxhash.h>, whose macros then stay out of the
+    /// units of a program compiled against the compiled library.
+    static constexpr std::size_t state_bytes = 88;
+    alignas(std::uint64_t) std::byte state_[state_bytes];
 };
 
 /// The XXH64 hash (seed 0) of `bytes`.
-[[nodiscard]] inline std::uint64_t checksum(std::span<const std::byte> bytes) noexcept {
-    return XXH64(bytes.data(), bytes.size(), 0);
-}
+[[nodiscard]] PETREL_DECL std::uint64_t checksum(std::span<const std::byte> bytes) noexcept;
 
 } // namespace petrel::detail
+
+#if PETREL_HEADER_ONLY
+#include <petrel/core/impl/checksum.ipp>
+#endif
