@@ -1878,7 +1878,7 @@ wire::message replica_update(std::uint32_t origin, std::uint64_t secret,
     return m;
 }
 
-std::error_code send_raw(replicated_servers& c, std::size_t to, wire::message m) {
+std::error_code send_to_replica(replicated_servers& c, std::size_t to, wire::message m) {
     auto l = std::make_shared<petrel::detail::request_link>(petrel::tcp_transport(c.io.executor()),
                                                             c.addresses[to], 5s);
     std::promise<std::error_code> got;
@@ -1909,7 +1909,7 @@ TEST_CASE("replication: requests held for a newer view are bounded in bytes", "[
                   petrel::shared_bytes::copy_of(std::as_bytes(std::span(keys))));
     m.set_segment(wire::values_segment,
                   petrel::shared_bytes::copy_of(std::as_bytes(std::span(values))));
-    CHECK(send_raw(c, 0, std::move(m)) == errc::backlog_full);
+    CHECK(send_to_replica(c, 0, std::move(m)) == errc::backlog_full);
     CHECK(c.rows(1).empty());
 }
 
@@ -1917,7 +1917,7 @@ TEST_CASE("replication: a replica update that the view does not place here is re
     replicated_servers c(2, 1);
     auto kv = c.store(); // the servers follow the chains 1 → 2 and 2 → 1
     // Server 1 is primary of its chain, nobody's replica but 2's: an update "from 3" is stale.
-    CHECK(send_raw(c, 0, replica_update(3, c.secret)) == errc::stale_view);
+    CHECK(send_to_replica(c, 0, replica_update(3, c.secret)) == errc::stale_view);
     CHECK(c.rows(1).empty());
 }
 
@@ -1977,17 +1977,17 @@ TEST_CASE("replication: only servers of the job can send replica updates", "[fau
     auto kv = c.store(); // server 1 is the replica of server 2's keys
     // From "server 2" but without the job's server secret (a worker, a stray peer): an
     // update, a copy and the end of a copy are all refused, and nothing changes.
-    CHECK(send_raw(c, 0, replica_update(2, 0)) == errc::not_permitted);
-    CHECK(send_raw(c, 0, replica_update(2, c.secret + 1)) == errc::not_permitted);
-    CHECK(send_raw(c, 0, replica_update(2, 0, wire::message_kind::row_transfer)) ==
+    CHECK(send_to_replica(c, 0, replica_update(2, 0)) == errc::not_permitted);
+    CHECK(send_to_replica(c, 0, replica_update(2, c.secret + 1)) == errc::not_permitted);
+    CHECK(send_to_replica(c, 0, replica_update(2, 0, wire::message_kind::row_transfer)) ==
           errc::not_permitted);
-    CHECK(send_raw(c, 0, replica_update(2, 0, wire::message_kind::row_transfer, 0)) ==
+    CHECK(send_to_replica(c, 0, replica_update(2, 0, wire::message_kind::row_transfer, 0)) ==
           errc::not_permitted);
-    CHECK(send_raw(c, 0, replica_update(2, 0, wire::message_kind::hand_over, 0)) ==
+    CHECK(send_to_replica(c, 0, replica_update(2, 0, wire::message_kind::hand_over, 0)) ==
           errc::not_permitted);
     CHECK(c.rows(1).empty());
     // With the secret, the same update is applied.
-    CHECK_FALSE(send_raw(c, 0, replica_update(2, c.secret)));
+    CHECK_FALSE(send_to_replica(c, 0, replica_update(2, c.secret)));
     CHECK(c.rows(1) == std::map<std::uint64_t, float>{{5, 1.0f}});
 }
 

@@ -1,4 +1,4 @@
-// Test support: byte buffers, bounded waits, and a recorder of connection events.
+// Test support: bounded waits, and a recorder of connection events.
 #pragma once
 
 #include "support/bytes.hpp"

@@ -17,7 +17,7 @@ namespace {
 
 /// A push of `n` u64 keys 0..n-1 with one float each: `zeros_in_ten` of every ten values
 /// are zero, the others random.
-message make_push(std::size_t n, int zeros_in_ten) {
+message sparse_push(std::size_t n, int zeros_in_ten) {
     std::vector<std::uint64_t> keys(n);
     std::vector<float> values(n);
     std::mt19937 rng(7);
@@ -45,7 +45,7 @@ std::vector<std::byte> copy(const shared_bytes& b) {
 TEST_CASE("compression: always compresses what shrinks, and decompress restores it",
           "[wire][efficiency]") {
     buffer_pool pool;
-    auto m = make_push(100000, 9);
+    auto m = sparse_push(100000, 9);
     const auto keys = copy(m.keys());
     const auto values = copy(m.values());
     stage_bytes stats;
@@ -66,17 +66,17 @@ TEST_CASE("compression: off, small segments and incompressible data are sent as 
           "[wire][efficiency]") {
     buffer_pool pool;
     SECTION("off") {
-        auto m = make_push(10000, 9);
+        auto m = sparse_push(10000, 9);
         compress(m, {}, pool);
         CHECK(m.header.encoding == 0);
     }
     SECTION("below min_bytes") {
-        auto m = make_push(100, 9);
+        auto m = sparse_push(100, 9);
         compress(m, {.mode = compression_mode::always, .min_bytes = 4096}, pool);
         CHECK(m.header.encoding == 0);
     }
     SECTION("random values do not shrink to max_ratio") {
-        auto m = make_push(100000, 0);
+        auto m = sparse_push(100000, 0);
         const auto values = copy(m.values());
         compress_segment(m, values_segment, {.mode = compression_mode::always}, pool);
         CHECK((m.header.encoding & encoding_values_snappy) == 0);
@@ -87,11 +87,11 @@ TEST_CASE("compression: off, small segments and incompressible data are sent as 
 TEST_CASE("compression: adaptive compresses for a slow link, not for a fast one",
           "[wire][efficiency]") {
     buffer_pool pool;
-    auto slow = make_push(100000, 9);
+    auto slow = sparse_push(100000, 9);
     compress_segment(slow, values_segment, {.mode = compression_mode::adaptive, .link_gbps = 0.1},
                      pool);
     CHECK((slow.header.encoding & encoding_values_snappy) != 0);
-    auto fast = make_push(100000, 9);
+    auto fast = sparse_push(100000, 9);
     compress_segment(fast, values_segment, {.mode = compression_mode::adaptive, .link_gbps = 1e6},
                      pool);
     CHECK((fast.header.encoding & encoding_values_snappy) == 0);
@@ -100,7 +100,7 @@ TEST_CASE("compression: adaptive compresses for a slow link, not for a fast one"
 TEST_CASE("compression: corrupt or oversized blocks are refused before allocating",
           "[wire][efficiency]") {
     buffer_pool pool;
-    auto m = make_push(100000, 9);
+    auto m = sparse_push(100000, 9);
     compress(m, {.mode = compression_mode::always}, pool);
     SECTION("a raw length over the frame limit") {
         CHECK(decompress(m, 1000, pool) == errc::frame_too_large);
@@ -121,7 +121,7 @@ TEST_CASE("compression: corrupt or oversized blocks are refused before allocatin
 
 TEST_CASE("compression: a compressed frame decodes to the original message", "[wire][efficiency]") {
     buffer_pool pool;
-    auto m = make_push(50000, 9);
+    auto m = sparse_push(50000, 9);
     const auto values = copy(m.values());
     compress(m, {.mode = compression_mode::always}, pool);
     frame_decoder dec({}, std::make_shared<buffer_pool>());
@@ -138,7 +138,7 @@ TEST_CASE("compression: a compressed frame decodes to the original message", "[w
 
 TEST_CASE("compression: encoded headers are checked", "[wire][efficiency]") {
     buffer_pool pool;
-    auto m = make_push(50000, 9);
+    auto m = sparse_push(50000, 9);
     compress(m, {.mode = compression_mode::always}, pool);
     const auto payload = framed_payload_bytes(m.header);
     CHECK_FALSE(check_header(m.header, payload));

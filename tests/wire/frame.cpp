@@ -17,7 +17,7 @@ using petrel::test::numbered_push;
 
 namespace {
 
-std::vector<std::byte> bytes_of(const void* p, std::size_t n) {
+std::vector<std::byte> raw_bytes(const void* p, std::size_t n) {
     const auto* b = static_cast<const std::byte*>(p);
     return {b, b + n};
 }
@@ -33,10 +33,10 @@ TEST_CASE("frame: a message survives encoding and decoding", "[wire]") {
         REQUIRE(r.messages.size() == 1);
         const auto& got = r.messages[0];
         CHECK(got.header == m.header);
-        CHECK(bytes_of(got.keys().data(), got.keys().size()) ==
-              bytes_of(m.keys().data(), m.keys().size()));
-        CHECK(bytes_of(got.values().data(), got.values().size()) ==
-              bytes_of(m.values().data(), m.values().size()));
+        CHECK(raw_bytes(got.keys().data(), got.keys().size()) ==
+              raw_bytes(m.keys().data(), m.keys().size()));
+        CHECK(raw_bytes(got.values().data(), got.values().size()) ==
+              raw_bytes(m.values().data(), m.values().size()));
         CHECK(reinterpret_cast<std::uintptr_t>(got.values().data()) % 8 == 0);
     }
 }
@@ -454,8 +454,8 @@ TEST_CASE("frame: every kind decodes when valid, waits when cut short and refuse
         CHECK(r.messages[0].header == m.header);
         CHECK(r.messages[0].received_head_bytes == head_bytes(m.header));
         for (std::size_t s = 0; s < segment_count; ++s) {
-            CHECK(bytes_of(r.messages[0].segments[s].data(), r.messages[0].segments[s].size()) ==
-                  bytes_of(m.segments[s].data(), m.segments[s].size()));
+            CHECK(raw_bytes(r.messages[0].segments[s].data(), r.messages[0].segments[s].size()) ==
+                  raw_bytes(m.segments[s].data(), m.segments[s].size()));
         }
 
         // Truncated anywhere: no message and no error yet.

@@ -13,6 +13,7 @@
 
 using namespace petrel;
 using namespace petrel::wire;
+using petrel::test::cached_push;
 
 namespace {
 
@@ -24,11 +25,6 @@ std::vector<std::uint64_t> iota_keys(std::size_t n, std::uint64_t first = 0) {
     std::vector<std::uint64_t> k(n);
     std::iota(k.begin(), k.end(), first);
     return k;
-}
-
-/// A push of `keys` with one float each, sent with key caching as `d` says.
-message cached_push(const std::vector<std::uint64_t>& keys, key_cache_sender::decision d) {
-    return petrel::test::cached_push(keys, d);
 }
 
 /// Feeds frames through one decoder (one connection), collecting messages.

@@ -10,7 +10,6 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
-#include <asio/dispatch.hpp>
 #include <asio/strand.hpp>
 
 #include <atomic>

@@ -44,7 +44,7 @@ petrel::shard_table rows_of(const std::vector<std::uint64_t>& keys,
     return t;
 }
 
-std::map<std::uint64_t, float> contents(const petrel::detail::table_base& t) {
+std::map<std::uint64_t, float> rows_in(const petrel::detail::table_base& t) {
     const auto d = t.dump(0);
     std::map<std::uint64_t, float> out;
     const auto* k = reinterpret_cast<const std::uint64_t*>(d.keys.data());
@@ -73,7 +73,7 @@ TEST_CASE("table: a push reserved, then held while rows are loaded, updates its 
     SECTION("applied as its clock") {
         table->apply_clock(clock, false);
     }
-    const auto rows = contents(*table);
+    const auto rows = rows_in(*table);
     CHECK(rows.at(77) == 1.0F);
     CHECK(rows.at(78) == 2.0F);
     CHECK(rows.at(40) == 5.0F);
@@ -88,7 +88,7 @@ TEST_CASE("table: a push reserved right before it is applied finds its rows once
     const auto second = table_push({9, 12, 30}, {10.0F, 20.0F, 30.0F});
     table->reserve(second);
     table->apply(second);
-    const auto rows = contents(*table);
+    const auto rows = rows_in(*table);
     CHECK(rows == std::map<std::uint64_t, float>{{5, 1.0F}, {9, 12.0F}, {12, 23.0F}, {30, 30.0F}});
 }
 

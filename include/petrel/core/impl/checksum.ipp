@@ -20,13 +20,15 @@
 #include <cstdint>
 #include <new>
 #include <span>
+#include <type_traits>
 
 namespace petrel::detail {
 
 PETREL_DECL checksum64::checksum64() noexcept {
     static_assert(sizeof(XXH64_state_t) <= state_bytes &&
-                      alignof(XXH64_state_t) <= alignof(std::uint64_t),
-                  "checksum64 holds xxHash's XXH64_state_t");
+                      alignof(XXH64_state_t) <= alignof(std::uint64_t) &&
+                      std::is_trivially_copyable_v<XXH64_state_t>,
+                  "checksum64 holds xxHash's XXH64_state_t, and copies of it its bytes");
     XXH64_reset(::new (static_cast<void*>(state_)) XXH64_state_t, 0);
 }
 
