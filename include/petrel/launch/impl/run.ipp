@@ -15,6 +15,7 @@
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/server_agent.hpp>
 #include <petrel/server/server_node.hpp>
+#include <petrel/transport/detail/address.hpp>
 #include <petrel/transport/detail/handshake.hpp>
 #include <petrel/transport/tcp_transport.hpp>
 
@@ -39,6 +40,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -71,15 +73,14 @@ checkpoint_clocks(const std::filesystem::path& dir) {
     return clocks;
 }
 
-/// Joins the address of a host (IPv6 in brackets) and a port.
-[[nodiscard]] PETREL_DECL std::string join_address(const std::string& host, std::uint16_t port) {
-    const bool v6 = host.find(':') != std::string::npos;
-    return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
+/// The port of "host:port" (the settings' addresses, checked when they were resolved,
+/// and addresses a listener reported).
 [[nodiscard]] PETREL_DECL std::uint16_t port_of(const std::string& address) {
-    const auto colon = address.rfind(':');
-    return static_cast<std::uint16_t>(std::stoul(address.substr(colon + 1)));
+    const auto hp = parse_host_port(address);
+    if (!hp) {
+        throw std::invalid_argument("petrel: no port in the address \"" + address + "\"");
+    }
+    return hp->port;
 }
 
 [[nodiscard]] PETREL_DECL std::size_t server_split_threads(std::uint32_t threads,
@@ -414,9 +415,9 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                 manager =
                     std::make_unique<manager_node>(tcp_transport(io.get_executor(), topts), mo);
                 const auto bound =
-                    manager->listen(detail::join_address(s.bind, detail::port_of(s.root)));
+                    manager->listen(detail::format_host_port(s.bind, detail::port_of(s.root)));
                 if (detail::port_of(s.root) == 0) {
-                    root = detail::join_address(s.advertise, detail::port_of(bound));
+                    root = detail::format_host_port(s.advertise, detail::port_of(bound));
                 }
             }
             if (s.standby_here) {
@@ -424,7 +425,7 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                 mo.take_over = true;
                 standby =
                     std::make_unique<manager_node>(tcp_transport(io.get_executor(), topts), mo);
-                (void)standby->listen(detail::join_address(s.bind, detail::port_of(s.standby)));
+                (void)standby->listen(detail::format_host_port(s.bind, detail::port_of(s.standby)));
             }
             // What this process declares: the manager refuses nodes that declare otherwise.
             declarations declared = s.tables ? s.tables->describe() : declarations{};
@@ -461,10 +462,10 @@ PETREL_DECL int run(const settings& s, const worker_function& fn, logger log) {
                 detail::apply_limits(s.limits, so);
                 auto server =
                     std::make_shared<server_node>(tcp_transport(io.get_executor(), topts), so);
-                const auto bound = server->listen(detail::join_address(s.bind, 0));
+                const auto bound = server->listen(detail::format_host_port(s.bind, 0));
                 members.push_back(
                     make_member(node_role::server, i,
-                                detail::join_address(s.advertise, detail::port_of(bound))));
+                                detail::format_host_port(s.advertise, detail::port_of(bound))));
                 servers.push_back(std::move(server));
             }
             for (std::uint32_t i = 0; i < s.workers_here; ++i) {

@@ -36,4 +36,10 @@ struct host_port {
     return host_port{std::string(host), static_cast<std::uint16_t>(port)};
 }
 
+/// "host:port", an IPv6 host in brackets: what `parse_host_port` reads back.
+[[nodiscard]] inline std::string format_host_port(const std::string& host, std::uint16_t port) {
+    const bool v6 = host.find(':') != std::string::npos;
+    return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 } // namespace petrel::detail

@@ -438,8 +438,7 @@ PETREL_DECL std::string tcp_transport::listen(std::string_view address, connecti
     asio::co_spawn(acceptor->get_executor(),
                    detail::tcp_transport_state::accept_loop(state_, acceptor, std::move(h)),
                    asio::detached);
-    const auto host = bound.address().to_string();
-    return (bound.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(bound.port());
+    return detail::format_host_port(bound.address().to_string(), bound.port());
 }
 
 PETREL_DECL void tcp_transport::close() {
