@@ -418,11 +418,20 @@ TEST_CASE("attachment: a reader process attaches to a job of four processes by i
           "address, and detaches without disturbing it",
           "[scheduler][process]") {
     const auto port = petrel::test::free_port();
+    const auto started = std::chrono::steady_clock::now();
     auto procs = petrel::test::start_job("[spmd_readable]", 4, {}, {}, port);
     std::uint64_t last = 0;
     std::uint64_t mismatches = 0;
     int pulls = 0;
-    {
+    log_capture reader_log;
+    std::string timeline; // what the reader did when, for a failure's report
+    const auto note = [&timeline, started](const std::string& what) {
+        timeline += std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::steady_clock::now() - started)
+                                       .count()) +
+                    " ms: " + what + "\n";
+    };
+    try {
         petrel::attachment reader({.root = "127.0.0.1:" + std::to_string(port),
                                    .job_id = "test-" + std::to_string(::getpid()),
                                    .group = "evaluation",
@@ -430,7 +439,8 @@ TEST_CASE("attachment: a reader process attaches to a job of four processes by i
                                    .heartbeat_timeout = 1000ms,
                                    .startup_timeout = 30000ms,
                                    .secret = petrel::test::job_secret()},
-                                  nullptr);
+                                  reader_log.logger());
+        note("attached");
         store kv(reader.node());
         const auto view = kv.view();
         const auto servers = view->of_role(petrel::node_role::server);
@@ -454,7 +464,19 @@ TEST_CASE("attachment: a reader process attaches to a job of four processes by i
             last = low;
             std::this_thread::sleep_for(20ms);
         }
-    } // detaches while the job trains on
+        note("pulled clock " + std::to_string(last) + " last");
+        // Detaches here while the job trains on.
+    } catch (const std::exception& e) {
+        note(std::string("failed: ") + e.what());
+        std::string outputs;
+        for (auto& p : procs) {
+            p->wait_for(60s);
+            outputs += "--- a process of the job:\n" + p->output();
+        }
+        FAIL("after " << pulls << " pulls:\n"
+                      << timeline << "--- the reader's log:\n"
+                      << reader_log.all() << outputs);
+    }
     CHECK(mismatches == 0);
     CHECK(last > 0);
     for (auto& p : procs) {
