@@ -85,7 +85,8 @@ concept contiguous_values = requires(const C& c) {
 /// are copied before the call returns, so the caller's buffers may be reused at once.
 /// Every operation completes, at the latest after `request_timeout`; when the job's
 /// manager declares a server failed, the operations waiting on it complete at once with
-/// `errc::node_failed` (and the worker's log names the server).
+/// `errc::node_failed` (and the worker's log names the server); once every server has left
+/// (the job finished, while a reader is still attached), with `errc::job_finished`.
 ///
 /// @par Example
 /// @code

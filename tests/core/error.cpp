@@ -54,6 +54,7 @@ const std::vector<errc> all_errors{
     errc::auth_failed,
     errc::tls_failed,
     errc::too_many_rows,
+    errc::job_finished,
 };
 
 } // namespace

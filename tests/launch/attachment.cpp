@@ -355,6 +355,42 @@ TEST_CASE("attachment: attaching to no job, or to the wrong one, is a clear erro
     }
 }
 
+TEST_CASE("attachment: once every server left, a reader's pulls fail with job_finished, not "
+          "with a failed node or at their deadline",
+          "[scheduler]") {
+    training_job job;
+    auto options = job.reader_options();
+    options.request_timeout = 20s; // what a pull that found no end would take
+    petrel::attachment reader(options, job.logs.logger());
+    store kv(reader.node());
+    REQUIRE(kv.pull(all_keys, asio::use_future).get().size() == n_keys);
+
+    // The job ends as a launched one does: its workers leave, then its servers, whose
+    // processes are gone afterwards; the reader is still attached.
+    for (int i : {2, 3, 0, 1}) {
+        auto left = job.members[static_cast<std::size_t>(i)]->async_leave(asio::use_future);
+        REQUIRE_FALSE(code_of(left));
+    }
+    for (auto& s : job.servers) {
+        s->close();
+    }
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (kv.view()->count(petrel::node_role::server, petrel::node_state::left) < 2 &&
+           std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(10ms);
+    }
+    REQUIRE(kv.view()->count(petrel::node_role::server, petrel::node_state::left) == 2);
+
+    std::error_code ec;
+    try {
+        kv.pull(all_keys, asio::use_future).get();
+    } catch (const std::system_error& e) {
+        ec = e.code();
+    }
+    CHECK(ec == petrel::errc::job_finished);
+    CHECK(job.manager.view()->failures().empty());
+}
+
 TEST_CASE("attachment: a job takes at most max_readers readers at once; one that detaches "
           "makes room",
           "[scheduler][security]") {

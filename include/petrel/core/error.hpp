@@ -67,10 +67,12 @@ enum class errc : int {
     auth_failed,
     tls_failed,
     too_many_rows,
+    // Cluster membership (continued).
+    job_finished,
 };
 
 /// The highest `errc` value; a reply status above it is reported as `remote_error`.
-inline constexpr errc last_errc = errc::too_many_rows;
+inline constexpr errc last_errc = errc::job_finished;
 
 namespace detail {
 
@@ -209,6 +211,10 @@ public:
             return "the requests of this connection created as many rows on the server as one "
                    "connection may (server_options::max_rows_per_connection): pushes that would "
                    "create more are refused whole, pushes to rows that exist go on";
+        case errc::job_finished:
+            return "the job finished: every server of the job left, so nothing holds these "
+                   "keys any more (a reader of a finished job detaches; a new job restores "
+                   "its model from a checkpoint)";
         }
         return "unknown petrel error " + std::to_string(ev);
     }

@@ -347,6 +347,12 @@ PETREL_DECL resender::actions resender::review() {
     auto finish = [&out](const std::shared_ptr<resilient>& r, std::error_code ec) {
         out.push_back([r, ec] { r->settle(ec, wire::message{}); });
     };
+    // Why a request whose server is gone cannot go on: the job finished (every server
+    // left: a reader still attached, say), or a server failed.
+    const bool finished = where && where->view->count(node_role::server, node_state::left) > 0 &&
+                          where->view->count(node_role::server, node_state::alive) == 0 &&
+                          where->view->count(node_role::server, node_state::failed) == 0;
+    const errc lost = finished ? errc::job_finished : errc::node_failed;
     for (auto& r : parked_) {
         const auto* n = where ? where->view->find(r->server) : nullptr;
         const bool gone = n && n->state != node_state::alive;
@@ -369,7 +375,7 @@ PETREL_DECL resender::actions resender::review() {
             if (kind == wire::message_kind::call || now >= r->deadline) {
                 // A call names a key range its server checked under its view: the caller
                 // asks again under the new one.
-                finish(r, make_error_code(moved ? errc::stale_view : errc::node_failed));
+                finish(r, make_error_code(moved ? errc::stale_view : lost));
                 continue;
             }
             const auto slot = single_owner(*where, key_source::of(r->message));
@@ -377,7 +383,7 @@ PETREL_DECL resender::actions resender::review() {
             if (!slot) {
                 auto parts = divide(*where, r->message);
                 if (parts.pieces.empty()) {
-                    finish(r, make_error_code(errc::node_failed)); // nobody holds some keys
+                    finish(r, make_error_code(lost)); // nobody holds some keys
                     continue;
                 }
                 auto sends = send_divided(*where, r, std::move(parts), resent);
