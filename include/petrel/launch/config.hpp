@@ -3,7 +3,6 @@
 
 #include <petrel/cluster/node.hpp>
 #include <petrel/fwd.hpp>
-#include <petrel/launch/detail/config_limits.hpp>
 #include <petrel/launch/detail/config_options.hpp>
 #include <petrel/launch/detail/config_values.hpp>
 #include <petrel/launch/detail/secret_file.hpp>
@@ -30,14 +29,6 @@
 #include <vector>
 
 namespace petrel {
-
-/// The I/O threads a process runs unless `config::threads` says otherwise: the machine's
-/// hardware threads, at most 16 (2 where the number is not known), so that a process
-/// reads, decodes and sends on every core it has.
-[[nodiscard]] inline std::uint32_t default_io_threads() noexcept {
-    const unsigned n = std::thread::hardware_concurrency();
-    return n == 0 ? 2U : std::min(n, 16U);
-}
 
 /// The settings a program fixes in code. Every field is optional. A field set here is
 /// fixed: `resolve` refuses a command-line option or environment variable that gives it
@@ -372,7 +363,6 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
 /// Resolves every setting; throws `config_error` on the first bad one.
 [[nodiscard]] inline settings config_resolve(const config& program, const command_line& cl,
                                              const environment& env) {
-    using std::chrono::milliseconds;
     settings s;
     std::vector<std::string> overridden;
     s.launch = detect_launcher(env);
@@ -380,63 +370,27 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     s.rest = cl.rest;
     const bool launched = s.launch.kind != launcher_kind::embedded;
 
-    const auto servers =
-        config_pick(program.servers, "servers", cl, env, overridden, config_parse_count{});
-    const auto workers =
-        config_pick(program.workers, "workers", cl, env, overridden, config_parse_count{});
-    const auto layout =
-        config_pick(program.layout, "layout", cl, env, overridden, config_parse_layout{});
-    const auto root = config_pick(program.root, "root", cl, env, overridden, config_parse_text{});
-    const auto bind = config_pick(program.bind, "bind", cl, env, overridden, config_parse_text{});
-    const auto advertise =
-        config_pick(program.advertise, "advertise", cl, env, overridden, config_parse_text{});
-    const auto job_id =
-        config_pick(program.job_id, "job-id", cl, env, overridden, config_parse_text{});
-    const auto roles =
-        config_pick(program.roles, "roles", cl, env, overridden, config_parse_roles{});
-    const auto restore =
-        config_pick(program.restore, "restore", cl, env, overridden, config_parse_text{});
-    const auto replicas =
-        config_pick(program.replicas, "replicas", cl, env, overridden, config_parse_whole{});
-    const auto max_servers =
-        config_pick(program.max_servers, "max-servers", cl, env, overridden, config_parse_whole{});
-    const auto max_workers =
-        config_pick(program.max_workers, "max-workers", cl, env, overridden, config_parse_whole{});
-    const auto join = config_pick(program.join, "join", cl, env, overridden, config_parse_join{});
-    const auto standby =
-        config_pick(program.standby, "standby", cl, env, overridden, config_parse_text{});
-    const auto worker_failure = config_pick(program.worker_failure, "worker-failure", cl, env,
-                                            overridden, config_parse_worker_failure{});
-    const auto grace = config_or(config_pick(program.manager_grace, "manager-grace", cl, env,
-                                             overridden, config_parse_duration{}),
-                                 milliseconds(30000));
-    const auto threads = config_or(
-        config_pick(program.threads, "threads", cl, env, overridden, config_parse_count{}),
-        default_io_threads());
-    const auto interval = config_or(config_pick(program.heartbeat_interval, "heartbeat-interval",
-                                                cl, env, overridden, config_parse_duration{}),
-                                    milliseconds(200));
-    const auto timeout = config_or(config_pick(program.heartbeat_timeout, "heartbeat-timeout", cl,
-                                               env, overridden, config_parse_duration{}),
-                                   milliseconds(2000));
-    const auto startup = config_or(config_pick(program.startup_timeout, "startup-timeout", cl, env,
-                                               overridden, config_parse_duration{}),
-                                   milliseconds(30000));
-    const auto request = config_or(config_pick(program.request_timeout, "request-timeout", cl, env,
-                                               overridden, config_parse_duration{}),
-                                   milliseconds(30000));
+    const auto picked = config_pick_all(program, cl, env, overridden);
+    config_apply(s, picked);
+    const auto& servers = std::get<config_index("servers")>(picked);
+    const auto& workers = std::get<config_index("workers")>(picked);
+    const auto& layout = std::get<config_index("layout")>(picked);
+    const auto& root = std::get<config_index("root")>(picked);
+    const auto& bind = std::get<config_index("bind")>(picked);
+    const auto& advertise = std::get<config_index("advertise")>(picked);
+    const auto& job_id = std::get<config_index("job-id")>(picked);
+    const auto& roles = std::get<config_index("roles")>(picked);
+    const auto& restore = std::get<config_index("restore")>(picked);
+    const auto& replicas = std::get<config_index("replicas")>(picked);
+    const auto& max_servers = std::get<config_index("max-servers")>(picked);
+    const auto& max_workers = std::get<config_index("max-workers")>(picked);
+    const auto& join = std::get<config_index("join")>(picked);
+    const auto& standby = std::get<config_index("standby")>(picked);
+    const auto interval = config_resolved<config_index("heartbeat-interval")>(picked);
+    const auto timeout = config_resolved<config_index("heartbeat-timeout")>(picked);
 
-    for (const auto* v : {&servers, &workers}) {
-        if (*v) {
-            config_check_positive(**v);
-        }
-    }
     if (roles) {
         config_check_roles(*roles);
-    }
-    config_check_positive(threads);
-    for (const auto* v : {&interval, &timeout, &startup, &request, &grace}) {
-        config_check_positive(*v);
     }
     if (timeout.value <= interval.value) {
         const auto name = [](const config_value<std::chrono::milliseconds>& v,
@@ -512,10 +466,6 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         s.standby = standby->value;
         s.standby_here = s.launch.rank == 1 && !s.join;
     }
-    s.manager_grace = grace.value;
-    if (worker_failure) {
-        s.worker_failure = worker_failure->value;
-    }
 
     s.bind = config_host(config_or(bind, std::string(launched ? "0.0.0.0" : "127.0.0.1")));
     if (advertise) {
@@ -541,11 +491,6 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     }
     s.job_id = job.value;
 
-    s.threads = threads.value;
-    s.heartbeat_interval = interval.value;
-    s.heartbeat_timeout = timeout.value;
-    s.startup_timeout = startup.value;
-    s.request_timeout = request.value;
     s.functions = program.functions;
     s.tables = program.tables;
     if (restore) {
@@ -554,9 +499,7 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         }
         s.restore = restore->value;
     }
-    const auto secret_file =
-        config_pick(program.secret_file, "secret-file", cl, env, overridden, config_parse_text{});
-    if (secret_file) {
+    if (const auto& secret_file = std::get<config_index("secret-file")>(picked)) {
         const auto& v = *secret_file;
         s.secret =
             read_secret_file(v.value, (v.origin.empty() ? std::string("the default") : v.origin) +
@@ -565,16 +508,9 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
         s.secret = std::move(*text);
         check_secret(s.secret, "PETREL_SECRET");
     }
-    s.insecure = config_or(config_pick(program.insecure, "insecure", cl, env, overridden,
-                                       config_parse_flag{}),
-                           false)
-                     .value;
-    const auto tls_cert =
-        config_pick(program.tls_cert, "tls-cert", cl, env, overridden, config_parse_text{});
-    const auto tls_key =
-        config_pick(program.tls_key, "tls-key", cl, env, overridden, config_parse_text{});
-    const auto tls_ca =
-        config_pick(program.tls_ca, "tls-ca", cl, env, overridden, config_parse_text{});
+    const auto& tls_cert = std::get<config_index("tls-cert")>(picked);
+    const auto& tls_key = std::get<config_index("tls-key")>(picked);
+    const auto& tls_ca = std::get<config_index("tls-ca")>(picked);
     for (const auto* v : {&tls_cert, &tls_key, &tls_ca}) {
         if (*v && (*v)->value.empty()) {
             config_fail(**v, "empty (expected a PEM file)");
@@ -587,17 +523,13 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     if (tls_cert) {
         s.tls = {tls_cert->value, tls_key->value, tls_ca->value};
     }
-    if (const auto ranks =
-            config_pick(program.tls_ranks, "tls-ranks", cl, env, overridden, config_parse_flag{});
-        ranks && ranks->value) {
+    if (const auto& ranks = std::get<config_index("tls-ranks")>(picked); ranks && ranks->value) {
         if (!tls_cert) {
             config_fail(*ranks, "needs TLS: give --tls-cert, --tls-key and --tls-ca too");
         }
         s.tls_ranks = true;
     }
-    const auto ckpt_root = config_pick(program.checkpoint_root, "checkpoint-root", cl, env,
-                                       overridden, config_parse_text{});
-    if (ckpt_root) {
+    if (const auto& ckpt_root = std::get<config_index("checkpoint-root")>(picked)) {
         if (ckpt_root->value.empty()) {
             config_fail(*ckpt_root, "empty (expected a directory)");
         }
@@ -605,7 +537,6 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     } else if (launched) {
         s.checkpoint_root = std::filesystem::current_path().string();
     }
-    s.limits = config_limits(program.limits, cl, env, overridden);
     s.overridden = std::move(overridden);
     return s;
 }
@@ -623,11 +554,8 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     s.advertise = "127.0.0.1";
     s.job_id = "petrel";
     s.roles = {node_role::manager, node_role::server, node_role::worker};
-    s.threads = default_io_threads();
-    s.heartbeat_interval = std::chrono::milliseconds(200);
-    s.heartbeat_timeout = std::chrono::milliseconds(2000);
-    s.startup_timeout = std::chrono::milliseconds(30000);
-    s.request_timeout = std::chrono::milliseconds(30000);
+    std::vector<std::string> none;
+    config_apply(s, config_pick_all(config{}, command_line{}, environment{}, none));
     s.replicas = 1;
     s.managers_here = 1;
     s.servers_here = 2;

@@ -1,12 +1,26 @@
 #include <petrel/launch/detail/config_options.hpp>
 
+#include <petrel/launch/config.hpp>
+
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <map>
 #include <set>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+using namespace std::chrono_literals;
+using petrel::detail::command_line;
+using petrel::detail::config_apply;
+using petrel::detail::config_index;
 using petrel::detail::config_options;
+using petrel::detail::config_pick_all;
+using petrel::detail::config_table;
+using petrel::detail::config_use;
 using petrel::detail::find_config_option;
 using petrel::detail::parse_command_line;
 
@@ -14,6 +28,40 @@ namespace {
 
 petrel::detail::command_line parse(std::vector<const char*> argv) {
     return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+command_line options_given(std::map<std::string, std::string, std::less<>> values) {
+    command_line cl;
+    cl.values = std::move(values);
+    return cl;
+}
+
+/// The limits `config_apply` sets from what `config_pick_all` read.
+petrel::process_limits limits_of(const petrel::config& program, const command_line& cl,
+                                 const petrel::environment& env,
+                                 std::vector<std::string>& overridden) {
+    petrel::settings s;
+    config_apply(s, config_pick_all(program, cl, env, overridden));
+    return s.limits;
+}
+
+/// An option set to its default without being given (`config_use::direct`) says which.
+template <std::size_t I>
+void check_default_in_help() {
+    constexpr auto& e = std::get<I>(config_table);
+    if constexpr (e.use == config_use::direct) {
+        const std::string help(e.option.help);
+        INFO("--" << e.option.name << ": " << help);
+        if constexpr (std::is_same_v<decltype(e.fallback()), bool>) {
+            CHECK(e.option.value.empty()); // a flag, off unless given
+            CHECK_FALSE(e.fallback());
+        } else if (e.option.name == "threads") {
+            CHECK_THAT(help, Catch::Contains("Default: the machine's hardware threads"));
+        } else {
+            CHECK_THAT(help, Catch::Contains("Default: " +
+                                             petrel::detail::config_describe(e.fallback()) + "."));
+        }
+    }
 }
 
 } // namespace
@@ -66,4 +114,171 @@ TEST_CASE("config_options: an option without its value, and --secret, are errors
     REQUIRE(secret.error);
     CHECK_THAT(*secret.error, Catch::Contains("--secret-file") && !Catch::Contains("hunter2"));
     CHECK(secret.rest == std::vector<std::string>{"trainer", "x"});
+}
+
+TEST_CASE("config_options: every option of the table is read, from its own name, into its own "
+          "field",
+          "[launch]") {
+    // One valid value for each option, given on the command line.
+    const std::map<std::string, std::string, std::less<>> values{
+        {"servers", "3"},
+        {"workers", "4"},
+        {"layout", "colocated"},
+        {"root", "h:1"},
+        {"bind", "127.0.0.1"},
+        {"advertise", "127.0.0.1"},
+        {"job-id", "j"},
+        {"roles", "server"},
+        {"threads", "5"},
+        {"heartbeat-interval", "6"},
+        {"heartbeat-timeout", "70"},
+        {"startup-timeout", "8"},
+        {"request-timeout", "9"},
+        {"restore", "ckpt"},
+        {"replicas", "1"},
+        {"max-servers", "10"},
+        {"max-workers", "11"},
+        {"join", "worker"},
+        {"standby", "h:2"},
+        {"manager-grace", "12"},
+        {"worker-failure", "drop"},
+        {"secret-file", "s"},
+        {"insecure", "1"},
+        {"tls-cert", "c"},
+        {"tls-key", "k"},
+        {"tls-ca", "a"},
+        {"tls-ranks", "1"},
+        {"checkpoint-root", "r"},
+        {"max-connections", "13"},
+        {"max-connections-per-address", "14"},
+        {"idle-timeout", "15"},
+        {"frame-timeout", "16"},
+        {"max-receiving-bytes", "17"},
+        {"max-queued-reply-bytes", "18"},
+        {"max-cached-key-bytes", "19"},
+        {"max-held-bytes", "20"},
+        {"max-tables-per-connection", "21"},
+        {"max-rows-per-connection", "22"},
+        {"max-readers", "23"},
+        {"departed-grace", "24"}};
+    REQUIRE(values.size() == config_options().size());
+    std::vector<std::string> overridden;
+    const auto picked = config_pick_all(petrel::config{}, options_given(values),
+                                        petrel::map_environment({}), overridden);
+    std::size_t read = 0;
+    std::apply(
+        [&](const auto&... v) {
+            (([&] {
+                 REQUIRE(v);
+                 CHECK(values.at(v->origin.substr(2)) == v->text);
+                 ++read;
+             }()),
+             ...);
+        },
+        picked);
+    CHECK(read == values.size());
+    CHECK(std::get<config_index("threads")>(picked)->value == 5u);
+    CHECK(std::get<config_index("worker-failure")>(picked)->value == petrel::worker_failure::drop);
+
+    // The settings of the same name, and the limits.
+    petrel::settings s;
+    config_apply(s, picked);
+    CHECK(s.threads == 5u);
+    CHECK(s.heartbeat_interval == 6ms);
+    CHECK(s.heartbeat_timeout == 70ms);
+    CHECK(s.startup_timeout == 8ms);
+    CHECK(s.request_timeout == 9ms);
+    CHECK(s.manager_grace == 12ms);
+    CHECK(s.worker_failure == petrel::worker_failure::drop);
+    CHECK(s.insecure);
+    CHECK(s.limits.max_connections == 13u);
+    CHECK(s.limits.departed_grace == 24ms);
+
+    // Given nowhere: unset, and the settings take their defaults.
+    const auto none =
+        config_pick_all(petrel::config{}, command_line{}, petrel::map_environment({}), overridden);
+    std::apply([](const auto&... v) { CHECK((!v && ...)); }, none);
+    petrel::settings d;
+    config_apply(d, none);
+    CHECK(d.threads == petrel::default_io_threads());
+    CHECK(d.heartbeat_interval == 200ms);
+    CHECK(d.manager_grace == 30000ms);
+    CHECK(d.limits == petrel::process_limits{});
+}
+
+TEST_CASE("config_options: the help of an option with a default states it", "[launch]") {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (check_default_in_help<I>(), ...);
+    }
+    (std::make_index_sequence<petrel::detail::config_option_count>{});
+}
+
+TEST_CASE("config_limits: each limit from the program, the command line or the environment; "
+          "those given nowhere stay unset",
+          "[launch][security]") {
+    std::vector<std::string> overridden;
+    SECTION("none given") {
+        CHECK(limits_of({}, {}, petrel::map_environment({}), overridden) ==
+              petrel::process_limits{});
+    }
+    SECTION("every one, from the command line") {
+        const auto l = limits_of({},
+                                 options_given({{"max-connections", "100"},
+                                                {"max-connections-per-address", "10"},
+                                                {"idle-timeout", "0"},
+                                                {"frame-timeout", "5000"},
+                                                {"max-receiving-bytes", "256M"},
+                                                {"max-queued-reply-bytes", "1G"},
+                                                {"max-cached-key-bytes", "0"},
+                                                {"max-held-bytes", "64M"},
+                                                {"max-tables-per-connection", "8"},
+                                                {"max-rows-per-connection", "1M"},
+                                                {"max-readers", "0"},
+                                                {"departed-grace", "1000"}}),
+                                 petrel::map_environment({}), overridden);
+        CHECK(l == petrel::process_limits{.max_connections = 100,
+                                          .max_connections_per_address = 10,
+                                          .idle_timeout = 0ms,
+                                          .frame_timeout = 5000ms,
+                                          .max_receiving_bytes = 256u << 20,
+                                          .max_queued_reply_bytes = 1u << 30,
+                                          .max_cached_key_bytes = 0,
+                                          .max_held_bytes = 64u << 20,
+                                          .max_tables_per_connection = 8,
+                                          .max_rows_per_connection = 1u << 20,
+                                          .max_readers = 0,
+                                          .departed_grace = 1000ms});
+    }
+    SECTION("the environment; the command line wins and says so; the program fixes one") {
+        petrel::config program;
+        program.limits.max_rows_per_connection = 500;
+        const auto l = limits_of(program, options_given({{"max-connections", "20"}}),
+                                 petrel::map_environment({{"PETREL_MAX_CONNECTIONS", "30"},
+                                                          {"PETREL_IDLE_TIMEOUT", "60000"}}),
+                                 overridden);
+        CHECK(l.max_connections == 20u);
+        CHECK(l.idle_timeout == 60000ms);
+        CHECK(l.max_rows_per_connection == 500u);
+        CHECK_FALSE(l.max_readers);
+        REQUIRE(overridden.size() == 1);
+        CHECK_THAT(overridden[0], Catch::Contains("PETREL_MAX_CONNECTIONS=\"30\""));
+        CHECK_THROWS_WITH(
+            (void)limits_of(program, options_given({{"max-rows-per-connection", "600"}}),
+                            petrel::map_environment({}), overridden),
+            Catch::Contains("config::max_rows_per_connection") && Catch::Contains("disagree"));
+    }
+    SECTION("refused: a limit that would refuse everything, or no number") {
+        for (const auto* name :
+             {"max-connections", "max-connections-per-address", "max-held-bytes"}) {
+            INFO(name);
+            CHECK_THROWS_WITH(
+                (void)limits_of({}, options_given({{name, "0"}}), petrel::map_environment({}),
+                                overridden),
+                Catch::Contains("--" + std::string(name) + "=\"0\": must be at least 1"));
+        }
+        CHECK_THROWS_WITH((void)limits_of({}, {},
+                                          petrel::map_environment({{"PETREL_MAX_READERS", "many"}}),
+                                          overridden),
+                          Catch::Contains("PETREL_MAX_READERS=\"many\": not a number"));
+    }
 }

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <petrel/cluster/node.hpp>
-#include <petrel/launch/detail/config_options.hpp>
 #include <petrel/launch/launcher.hpp>
 #include <petrel/launch/layout.hpp>
 
@@ -11,6 +10,9 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +21,25 @@
 #include <vector>
 
 namespace petrel::detail {
+
+/// What the command line and the help say of one of Petrel's options.
+struct config_option {
+    std::string_view name;     ///< without the leading "--"
+    std::string_view value;    ///< what the value looks like, for messages and usage();
+                               ///< empty for a flag, which takes none
+    std::string_view variable; ///< the environment variable
+    std::string_view help;     ///< what it sets, and its default
+};
+
+/// The command line, split into Petrel's options and the rest.
+struct command_line {
+    /// Petrel's options by name (without "--"); the last occurrence wins.
+    std::map<std::string, std::string, std::less<>> values;
+    bool help = false;
+    std::vector<std::string> rest;
+    /// The first malformed Petrel option, reported unless help was asked for.
+    std::optional<std::string> error{};
+};
 
 /// A value and where it came from: "config::servers", "--servers", "PETREL_SERVERS", or
 /// empty for a default.
@@ -182,6 +203,47 @@ struct config_parse_roles {
     }
 };
 
+/// A whole number, optionally times 1024 (K), 1024² (M), 1024³ (G) or 1024⁴ (T).
+struct config_parse_amount {
+    std::uint64_t operator()(std::string_view origin, std::string_view text) const {
+        constexpr std::string_view allowed =
+            "a whole number, or one with K, M, G or T for times 1024, 1024^2, 1024^3 or 1024^4";
+        std::string_view digits = text;
+        unsigned shift = 0;
+        if (!digits.empty()) {
+            switch (digits.back()) {
+            case 'K':
+                shift = 10;
+                break;
+            case 'M':
+                shift = 20;
+                break;
+            case 'G':
+                shift = 30;
+                break;
+            case 'T':
+                shift = 40;
+                break;
+            default:
+                break;
+            }
+            if (shift != 0) {
+                digits.remove_suffix(1);
+            }
+        }
+        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) {
+            config_fail(origin, text, "not a number (expected " + std::string(allowed) + ")");
+        }
+        std::uint64_t n = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+        if (ec != std::errc{} || end != digits.data() + digits.size() ||
+            n > (std::numeric_limits<std::uint64_t>::max() >> shift)) {
+            config_fail(origin, text, "too large (expected " + std::string(allowed) + ")");
+        }
+        return n << shift;
+    }
+};
+
 /// Picks a setting from the program's field, the command line and the environment.
 ///
 /// A field the program sets is fixed in code, where a user of the program cannot see it:
@@ -191,9 +253,8 @@ struct config_parse_roles {
 /// Every value given is parsed, so a malformed one is always reported.
 template <typename T, typename Parse>
 [[nodiscard]] std::optional<config_value<T>>
-config_pick(const std::optional<T>& program, std::string_view field, const command_line& cl,
+config_pick(const std::optional<T>& program, const config_option& option, const command_line& cl,
             const environment& env, std::vector<std::string>& overridden, Parse parse) {
-    const config_option option = *find_config_option(field);
     std::optional<config_value<T>> from_program;
     std::optional<config_value<T>> from_argv;
     std::optional<config_value<T>> from_env;
@@ -243,12 +304,6 @@ template <typename T>
     }
     std::string text = config_describe(fallback);
     return config_value<T>{std::move(fallback), std::string(), std::move(text)};
-}
-
-/// Who may be asked to set what, for messages: "--servers (PETREL_SERVERS)".
-[[nodiscard]] inline std::string config_ask(std::string_view field) {
-    const config_option option = *find_config_option(field);
-    return "--" + std::string(option.name) + " (" + std::string(option.variable) + ")";
 }
 
 [[nodiscard]] inline bool config_is_wildcard(std::string_view host) noexcept {
@@ -313,6 +368,12 @@ template <typename T>
 }
 
 inline void config_check_positive(const config_value<std::uint32_t>& v) {
+    if (v.value == 0) {
+        config_fail(v, "must be at least 1");
+    }
+}
+
+inline void config_check_positive(const config_value<std::uint64_t>& v) {
     if (v.value == 0) {
         config_fail(v, "must be at least 1");
     }
