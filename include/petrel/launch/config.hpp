@@ -23,7 +23,6 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -360,7 +359,8 @@ inline void config_plan(settings& s, const std::optional<config_value<std::uint3
     }
 }
 
-/// Resolves every setting; throws `config_error` on the first bad one.
+/// Resolves every setting; throws `config_error` on the first bad one: first each value
+/// alone, in the order of the options table, then the checks across options.
 [[nodiscard]] inline settings config_resolve(const config& program, const command_line& cl,
                                              const environment& env) {
     settings s;

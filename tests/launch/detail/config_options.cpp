@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -64,6 +65,71 @@ void check_default_in_help() {
     }
 }
 
+/// One valid value for each option, as text, each different from the others where their
+/// types allow.
+const std::map<std::string, std::string, std::less<>>& every_option_value() {
+    static const std::map<std::string, std::string, std::less<>> values{
+        {"servers", "3"},
+        {"workers", "4"},
+        {"layout", "colocated"},
+        {"root", "h:1"},
+        {"bind", "10.0.0.1"},
+        {"advertise", "10.0.0.2"},
+        {"job-id", "j"},
+        {"roles", "server"},
+        {"threads", "5"},
+        {"heartbeat-interval", "6"},
+        {"heartbeat-timeout", "70"},
+        {"startup-timeout", "8"},
+        {"request-timeout", "9"},
+        {"restore", "ckpt"},
+        {"replicas", "1"},
+        {"max-servers", "10"},
+        {"max-workers", "11"},
+        {"join", "worker"},
+        {"standby", "h:2"},
+        {"manager-grace", "12"},
+        {"worker-failure", "drop"},
+        {"secret-file", "s"},
+        {"insecure", "1"},
+        {"tls-cert", "c"},
+        {"tls-key", "k"},
+        {"tls-ca", "a"},
+        {"tls-ranks", "1"},
+        {"checkpoint-root", "r"},
+        {"max-connections", "13"},
+        {"max-connections-per-address", "14"},
+        {"idle-timeout", "15"},
+        {"frame-timeout", "16"},
+        {"max-receiving-bytes", "17"},
+        {"max-queued-reply-bytes", "18"},
+        {"max-cached-key-bytes", "19"},
+        {"max-held-bytes", "20"},
+        {"max-tables-per-connection", "21"},
+        {"max-rows-per-connection", "22"},
+        {"max-readers", "23"},
+        {"departed-grace", "24"}};
+    return values;
+}
+
+/// Each option was picked, from `origin_of(its name)`, with its text in
+/// `every_option_value()`.
+template <typename Picked, typename Origin>
+void check_every_option(const Picked& picked, Origin origin_of) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (([&] {
+             const auto name = std::string(config_options()[I].name);
+             const auto& v = std::get<I>(picked);
+             INFO("--" << name);
+             REQUIRE(v);
+             CHECK(v->origin == origin_of(name));
+             CHECK(v->text == every_option_value().at(name));
+         }()),
+         ...);
+    }
+    (std::make_index_sequence<petrel::detail::config_option_count>{});
+}
+
 } // namespace
 
 TEST_CASE("config_options: each option has one name and one PETREL_ variable, with help",
@@ -119,64 +185,61 @@ TEST_CASE("config_options: an option without its value, and --secret, are errors
 TEST_CASE("config_options: every option of the table is read, from its own name, into its own "
           "field",
           "[launch]") {
-    // One valid value for each option, given on the command line.
-    const std::map<std::string, std::string, std::less<>> values{
-        {"servers", "3"},
-        {"workers", "4"},
-        {"layout", "colocated"},
-        {"root", "h:1"},
-        {"bind", "127.0.0.1"},
-        {"advertise", "127.0.0.1"},
-        {"job-id", "j"},
-        {"roles", "server"},
-        {"threads", "5"},
-        {"heartbeat-interval", "6"},
-        {"heartbeat-timeout", "70"},
-        {"startup-timeout", "8"},
-        {"request-timeout", "9"},
-        {"restore", "ckpt"},
-        {"replicas", "1"},
-        {"max-servers", "10"},
-        {"max-workers", "11"},
-        {"join", "worker"},
-        {"standby", "h:2"},
-        {"manager-grace", "12"},
-        {"worker-failure", "drop"},
-        {"secret-file", "s"},
-        {"insecure", "1"},
-        {"tls-cert", "c"},
-        {"tls-key", "k"},
-        {"tls-ca", "a"},
-        {"tls-ranks", "1"},
-        {"checkpoint-root", "r"},
-        {"max-connections", "13"},
-        {"max-connections-per-address", "14"},
-        {"idle-timeout", "15"},
-        {"frame-timeout", "16"},
-        {"max-receiving-bytes", "17"},
-        {"max-queued-reply-bytes", "18"},
-        {"max-cached-key-bytes", "19"},
-        {"max-held-bytes", "20"},
-        {"max-tables-per-connection", "21"},
-        {"max-rows-per-connection", "22"},
-        {"max-readers", "23"},
-        {"departed-grace", "24"}};
+    const auto& values = every_option_value();
     REQUIRE(values.size() == config_options().size());
     std::vector<std::string> overridden;
     const auto picked = config_pick_all(petrel::config{}, options_given(values),
                                         petrel::map_environment({}), overridden);
-    std::size_t read = 0;
-    std::apply(
-        [&](const auto&... v) {
-            (([&] {
-                 REQUIRE(v);
-                 CHECK(values.at(v->origin.substr(2)) == v->text);
-                 ++read;
-             }()),
-             ...);
-        },
-        picked);
-    CHECK(read == values.size());
+    check_every_option(picked, [](const std::string& name) { return "--" + name; });
+
+    // From the program: each field of `config` reaches its own option.
+    petrel::config program;
+    program.servers = 3;
+    program.workers = 4;
+    program.layout = petrel::layout::colocated;
+    program.root = "h:1";
+    program.bind = "10.0.0.1";
+    program.advertise = "10.0.0.2";
+    program.job_id = "j";
+    program.roles = std::vector<petrel::node_role>{petrel::node_role::server};
+    program.threads = 5;
+    program.heartbeat_interval = 6ms;
+    program.heartbeat_timeout = 70ms;
+    program.startup_timeout = 8ms;
+    program.request_timeout = 9ms;
+    program.restore = "ckpt";
+    program.replicas = 1;
+    program.max_servers = 10;
+    program.max_workers = 11;
+    program.join = petrel::node_role::worker;
+    program.standby = "h:2";
+    program.manager_grace = 12ms;
+    program.worker_failure = petrel::worker_failure::drop;
+    program.secret_file = "s";
+    program.insecure = true;
+    program.tls_cert = "c";
+    program.tls_key = "k";
+    program.tls_ca = "a";
+    program.tls_ranks = true;
+    program.checkpoint_root = "r";
+    program.limits = {.max_connections = 13,
+                      .max_connections_per_address = 14,
+                      .idle_timeout = 15ms,
+                      .frame_timeout = 16ms,
+                      .max_receiving_bytes = 17,
+                      .max_queued_reply_bytes = 18,
+                      .max_cached_key_bytes = 19,
+                      .max_held_bytes = 20,
+                      .max_tables_per_connection = 21,
+                      .max_rows_per_connection = 22,
+                      .max_readers = 23,
+                      .departed_grace = 24ms};
+    check_every_option(
+        config_pick_all(program, command_line{}, petrel::map_environment({}), overridden),
+        [](std::string name) {
+            std::replace(name.begin(), name.end(), '-', '_');
+            return "config::" + name;
+        });
     CHECK(std::get<config_index("threads")>(picked)->value == 5u);
     CHECK(std::get<config_index("worker-failure")>(picked)->value == petrel::worker_failure::drop);
 
@@ -213,7 +276,7 @@ TEST_CASE("config_options: the help of an option with a default states it", "[la
     (std::make_index_sequence<petrel::detail::config_option_count>{});
 }
 
-TEST_CASE("config_limits: each limit from the program, the command line or the environment; "
+TEST_CASE("config_options: each limit from the program, the command line or the environment; "
           "those given nowhere stay unset",
           "[launch][security]") {
     std::vector<std::string> overridden;

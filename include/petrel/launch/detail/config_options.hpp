@@ -15,6 +15,7 @@
 #include <string_view>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -383,6 +384,9 @@ void config_apply(Settings& s, const Picked& picked) {
         constexpr auto use = std::get<I>(config_table).use;
         const auto& e = std::get<I>(config_table);
         if constexpr (use == config_use::direct) {
+            static_assert(
+                !std::is_same_v<std::remove_cvref_t<decltype(e.fallback)>, config_no_default>,
+                "an option that sets its setting directly needs a default");
             e.field(s) = config_resolved<I>(picked).value;
         } else if constexpr (use == config_use::limit) {
             if (const auto& v = std::get<I>(picked)) {
