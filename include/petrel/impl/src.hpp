@@ -22,6 +22,7 @@
 #include <petrel/cluster/impl/manager_node.ipp>
 #include <petrel/cluster/impl/member.ipp>
 #include <petrel/core/impl/checksum.ipp>
+#include <petrel/launch/impl/config.ipp>
 #include <petrel/launch/impl/run.ipp>
 #include <petrel/launch/impl/server_agent.ipp>
 #include <petrel/server/impl/checkpoint_file.ipp>

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <petrel/launch/detail/config_values.hpp>
+#include <petrel/launch/io_threads.hpp>
 
 #include <algorithm>
 #include <array>
@@ -13,23 +14,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-namespace petrel {
-
-/// The I/O threads a process runs unless `config::threads` says otherwise: the machine's
-/// hardware threads, at most 16 (2 where the number is not known), so that a process
-/// reads, decodes and sends on every core it has.
-[[nodiscard]] inline std::uint32_t default_io_threads() noexcept {
-    const unsigned n = std::thread::hardware_concurrency();
-    return n == 0 ? 2U : std::min(n, 16U);
-}
-
-} // namespace petrel
 
 namespace petrel::detail {
 
