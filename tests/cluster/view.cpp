@@ -73,6 +73,21 @@ TEST_CASE("view: lookups by id and role, failures named", "[cluster][view]") {
     CHECK_FALSE(w.replaced(w.nodes[1])); // a live node
 }
 
+TEST_CASE("view: the servers all left only when every one left, none failed or alive",
+          "[cluster][view]") {
+    auto v = sample(); // server 1 alive, server 2 failed
+    CHECK_FALSE(v.servers_all_left());
+    for (auto& n : v.nodes) {
+        if (n.role == petrel::node_role::server) {
+            n.state = petrel::node_state::left;
+        }
+    }
+    CHECK(v.servers_all_left()); // workers and readers may remain
+    v.nodes[1].state = petrel::node_state::failed;
+    CHECK_FALSE(v.servers_all_left());
+    CHECK_FALSE(petrel::membership_view{}.servers_all_left()); // no servers: not a finished job
+}
+
 TEST_CASE("view: a control message round-trips the view", "[cluster][view]") {
     petrel::detail::control_body b;
     b.op = petrel::detail::control_op::view;

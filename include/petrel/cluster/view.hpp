@@ -142,6 +142,21 @@ struct membership_view {
                           [&](const node_info& n) { return n.role == r && n.state == s; }));
     }
 
+    /// Whether the job is over for its servers: it had some, and every one left (none
+    /// alive, none failed). A reader may still be attached.
+    [[nodiscard]] bool servers_all_left() const noexcept {
+        bool any = false;
+        for (const auto& n : nodes) {
+            if (n.role == node_role::server) {
+                if (n.state != node_state::left) {
+                    return false;
+                }
+                any = true;
+            }
+        }
+        return any;
+    }
+
     /// The live members of worker group `g` (`training_group` or a reader group), in id
     /// order.
     [[nodiscard]] std::vector<node_id> live_group(std::string_view g) const {

@@ -347,12 +347,10 @@ PETREL_DECL resender::actions resender::review() {
     auto finish = [&out](const std::shared_ptr<resilient>& r, std::error_code ec) {
         out.push_back([r, ec] { r->settle(ec, wire::message{}); });
     };
-    // Why a request whose server is gone cannot go on: the job finished (every server
-    // left: a reader still attached, say), or a server failed.
-    const bool finished = where && where->view->count(node_role::server, node_state::left) > 0 &&
-                          where->view->count(node_role::server, node_state::alive) == 0 &&
-                          where->view->count(node_role::server, node_state::failed) == 0;
-    const errc lost = finished ? errc::job_finished : errc::node_failed;
+    // Why a request whose server is gone cannot go on: the job finished (a reader still
+    // attached, say), or a server failed.
+    const errc lost =
+        where && where->view->servers_all_left() ? errc::job_finished : errc::node_failed;
     for (auto& r : parked_) {
         const auto* n = where ? where->view->find(r->server) : nullptr;
         const bool gone = n && n->state != node_state::alive;

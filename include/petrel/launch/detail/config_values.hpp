@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -367,13 +368,9 @@ template <typename T>
     return std::string(host);
 }
 
-inline void config_check_positive(const config_value<std::uint32_t>& v) {
-    if (v.value == 0) {
-        config_fail(v, "must be at least 1");
-    }
-}
-
-inline void config_check_positive(const config_value<std::uint64_t>& v) {
+template <typename T>
+requires std::is_unsigned_v<T>
+void config_check_positive(const config_value<T>& v) {
     if (v.value == 0) {
         config_fail(v, "must be at least 1");
     }
