@@ -10,9 +10,10 @@
 # The commands below are the README's, byte for byte (checked first). Running them, the
 # paths `petrel` (the source tree), `app` (the consumer) and `/opt/petrel` (the prefix)
 # become SOURCE_DIR, CONSUMER_DIR and WORK_DIR/prefix; the build directories land in
-# WORK_DIR. Each configure is also given the test's generator, compiler and flags, and
-# the Petrel configure CMAKE_DISABLE_FIND_PACKAGE_<name> for every dependency of the
-# tests, examples and benchmarks: a REQUIRED search for one of them fails the configure.
+# WORK_DIR. Each configure is also given the test's generator, compiler and flags (the
+# consumer's with warnings as errors, below), and the Petrel configure
+# CMAKE_DISABLE_FIND_PACKAGE_<name> for every dependency of the tests, examples and
+# benchmarks: a REQUIRED search for one of them fails the configure.
 set(install_commands [=[
 cmake -S petrel -B petrel-build -DPETREL_BUILD_TESTS=OFF -DPETREL_BUILD_EXAMPLES=OFF -DPETREL_BUILD_BENCHMARKS=OFF
 cmake --build petrel-build
@@ -54,11 +55,22 @@ set(common_options --no-warn-unused-cli)
 if(GENERATOR)
     list(APPEND common_options -G "${GENERATOR}")
 endif()
+set(consumer_options ${common_options})
 foreach(var IN ITEMS CXX_COMPILER CXX_FLAGS EXE_LINKER_FLAGS)
     if(DEFINED ${var})
         list(APPEND common_options "-DCMAKE_${var}=${${var}}")
     endif()
 endforeach()
+# The consumer's header-only program compiles every .ipp in a user's unit (it includes
+# all.hpp): with warnings as errors at -O2, and Petrel's headers not taken as system
+# headers (CMake's default for an imported target), so that a warning in them fails.
+foreach(var IN ITEMS CXX_COMPILER EXE_LINKER_FLAGS)
+    if(DEFINED ${var})
+        list(APPEND consumer_options "-DCMAKE_${var}=${${var}}")
+    endif()
+endforeach()
+list(APPEND consumer_options -DCMAKE_NO_SYSTEM_FROM_IMPORTED=ON
+     "-DCMAKE_CXX_FLAGS=${CXX_FLAGS} -Wall -Wextra -Wpedantic -Werror")
 
 string(REPLACE "\n" ";" lines "${install_commands}${consumer_commands}")
 foreach(line IN LISTS lines)
@@ -79,7 +91,7 @@ foreach(line IN LISTS lines)
             endforeach()
         elseif(word STREQUAL "app")
             set(word "${CONSUMER_DIR}")
-            set(extra ${common_options} -DCMAKE_BUILD_TYPE=Release)
+            set(extra ${consumer_options} -DCMAKE_BUILD_TYPE=Release)
         elseif(word MATCHES "^app-build/app")
             set(word "${WORK_DIR}/${word}")
         else()
