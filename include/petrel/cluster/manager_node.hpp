@@ -194,6 +194,7 @@ private:
 
 } // namespace petrel
 
+// Header-only: the state, which includes the bodies once it is complete.
 #if PETREL_HEADER_ONLY
-#include <petrel/cluster/impl/manager_node.ipp>
+#include <petrel/cluster/detail/manager_state.hpp>
 #endif

@@ -324,6 +324,7 @@ private:
 
 } // namespace petrel
 
+// Header-only: the state, which includes the bodies once it is complete.
 #if PETREL_HEADER_ONLY
-#include <petrel/cluster/impl/member.ipp>
+#include <petrel/cluster/detail/member_state.hpp>
 #endif

@@ -296,6 +296,7 @@ private:
 
 } // namespace petrel
 
+// Header-only: the state, which includes the bodies once it is complete.
 #if PETREL_HEADER_ONLY
-#include <petrel/server/impl/server_node.ipp>
+#include <petrel/server/detail/server_state.hpp>
 #endif

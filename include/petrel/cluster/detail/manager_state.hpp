@@ -1,6 +1,9 @@
 // Petrel: a manager's state: the joins, the view and its live members, barriers, the
 // scheduler's rounds, the servers joining or leaving and a job being taken over, behind its
-// lock. (Included by the manager's implementation files, not by users.)
+// lock. (Included by the manager's implementation files, and header-only by
+// `manager_node.hpp`, not by users. Header-only, it includes the manager's bodies at its
+// end, once the state is complete, so that it compiles whichever of the two a unit
+// includes first.)
 #pragma once
 
 #include <petrel/cluster/manager_node.hpp>
@@ -405,3 +408,7 @@ struct manager_node::state : std::enable_shared_from_this<state> {
 };
 
 } // namespace petrel
+
+#if PETREL_HEADER_ONLY
+#include <petrel/cluster/impl/manager_node.ipp>
+#endif

@@ -1,6 +1,8 @@
 // Petrel: a member's state: its link to the manager, its view and subscribers, the requests
 // parked for a manager that takes over, behind its lock.
-// (Included by the member's implementation files, not by users.)
+// (Included by the member's implementation files, and header-only by `member.hpp`, not by
+// users. Header-only, it includes the member's bodies at its end, once the state is
+// complete, so that it compiles whichever of the two a unit includes first.)
 #pragma once
 
 #include <petrel/cluster/member.hpp>
@@ -174,3 +176,7 @@ struct member::state : std::enable_shared_from_this<state> {
 };
 
 } // namespace petrel
+
+#if PETREL_HEADER_ONLY
+#include <petrel/cluster/impl/member.ipp>
+#endif

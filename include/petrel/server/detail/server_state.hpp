@@ -1,5 +1,7 @@
 // Petrel: a server node's state: its tables, its plan and its parts, behind its locks.
-// (Included by the server's implementation files, not by users.)
+// (Included by the server's implementation files, and header-only by `server_node.hpp`, not
+// by users. Header-only, it includes the server's bodies at its end, once the state is
+// complete, so that it compiles whichever of the two a unit includes first.)
 #pragma once
 
 #include <petrel/server/server_node.hpp>
@@ -551,3 +553,7 @@ struct server_node::locked {
 };
 
 } // namespace petrel
+
+#if PETREL_HEADER_ONLY
+#include <petrel/server/impl/server_node.ipp>
+#endif
