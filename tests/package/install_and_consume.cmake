@@ -55,22 +55,20 @@ set(common_options --no-warn-unused-cli)
 if(GENERATOR)
     list(APPEND common_options -G "${GENERATOR}")
 endif()
-set(consumer_options ${common_options})
-foreach(var IN ITEMS CXX_COMPILER CXX_FLAGS EXE_LINKER_FLAGS)
+foreach(var IN ITEMS CXX_COMPILER EXE_LINKER_FLAGS)
     if(DEFINED ${var})
         list(APPEND common_options "-DCMAKE_${var}=${${var}}")
     endif()
 endforeach()
 # The consumer's header-only program compiles every .ipp in a user's unit (it includes
-# all.hpp): with warnings as errors at -O2, and Petrel's headers not taken as system
-# headers (CMake's default for an imported target), so that a warning in them fails.
-foreach(var IN ITEMS CXX_COMPILER EXE_LINKER_FLAGS)
-    if(DEFINED ${var})
-        list(APPEND consumer_options "-DCMAKE_${var}=${${var}}")
-    endif()
-endforeach()
-list(APPEND consumer_options -DCMAKE_NO_SYSTEM_FROM_IMPORTED=ON
-     "-DCMAKE_CXX_FLAGS=${CXX_FLAGS} -Wall -Wextra -Wpedantic -Werror")
+# all.hpp): with warnings as errors at the Release type's optimisation, and Petrel's
+# headers not taken as system headers (CMake's default for an imported target), so that
+# a warning in them fails.
+set(consumer_options ${common_options} -DCMAKE_NO_SYSTEM_FROM_IMPORTED=ON
+    "-DCMAKE_CXX_FLAGS=${CXX_FLAGS} -Wall -Wextra -Wpedantic -Werror")
+if(DEFINED CXX_FLAGS)
+    list(APPEND common_options "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+endif()
 
 string(REPLACE "\n" ";" lines "${install_commands}${consumer_commands}")
 foreach(line IN LISTS lines)
