@@ -61,11 +61,13 @@ foreach(var IN ITEMS CXX_COMPILER EXE_LINKER_FLAGS)
     endif()
 endforeach()
 # The consumer's header-only program compiles every .ipp in a user's unit (it includes
-# all.hpp): with warnings as errors at the Release type's optimisation, and Petrel's
-# headers not taken as system headers (CMake's default for an imported target), so that
-# a warning in them fails.
+# all.hpp): in strict C++20, with warnings as errors at the Release type's optimisation.
+# The include directories of imported targets are then not system ones (CMake's default
+# makes them so, which silences their warnings): Petrel's headers under the prefix are
+# warned about; the dependencies', in the compiler's own search path, stay quiet.
 set(consumer_options ${common_options} -DCMAKE_NO_SYSTEM_FROM_IMPORTED=ON
-    "-DCMAKE_CXX_FLAGS=${CXX_FLAGS} -Wall -Wextra -Wpedantic -Werror")
+    -DCMAKE_CXX_EXTENSIONS=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON
+    "-DCMAKE_CXX_FLAGS=${CXX_FLAGS} -Wall -Wextra -Wpedantic")
 if(DEFINED CXX_FLAGS)
     list(APPEND common_options "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
 endif()
