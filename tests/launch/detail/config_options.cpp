@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <set>
@@ -191,6 +192,20 @@ TEST_CASE("config_options: every option of the table is read, from its own name,
     const auto picked = config_pick_all(petrel::config{}, options_given(values),
                                         petrel::map_environment({}), overridden);
     check_every_option(picked, [](const std::string& name) { return "--" + name; });
+
+    // From the environment: each option from the variable named after it.
+    const auto variable_of = [](std::string name) {
+        std::transform(name.begin(), name.end(), name.begin(),
+                       [](char c) { return c == '-' ? '_' : static_cast<char>(std::toupper(c)); });
+        return "PETREL_" + name;
+    };
+    std::map<std::string, std::string, std::less<>> env;
+    for (const auto& [name, text] : values) {
+        env.emplace(variable_of(name), text);
+    }
+    check_every_option(
+        config_pick_all(petrel::config{}, command_line{}, petrel::map_environment(env), overridden),
+        variable_of);
 
     // From the program: each field of `config` reaches its own option.
     petrel::config program;
